@@ -1,0 +1,242 @@
+"""PAVE specifications: the LoRA-B matrices of a spec space fitted to a model or a task.
+
+- A **model vector** is fitted to a learnware's own predictions h(x) (hard labels, or its
+  probabilities with a soft cross-entropy), so the learnware's quality is written into it.
+- A **task vector** is fitted to a user's few labelled examples.
+
+Two recipes (``FitRecipe.steps``):
+
+- ``steps = 0``: one backward pass at B = 0. With ``balanced`` (the default) the residual of
+  each example is (u − y) instead of (p − y) (u uniform over the classes: this drops the part
+  of the gradient that does not depend on the targets), every example is weighted by
+  1/(examples of its class), and the spec is −sign(∇B), which is what one Adam step from B = 0
+  would give. Without ``balanced`` it is the plain −∇B of the cross-entropy.
+- ``steps > 0``: that many AdamW steps on B only (class-balanced cross-entropy when
+  ``balanced``), A frozen and shared.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors.numpy import load_file, save_file
+
+from app.ml.encoders import check_texts, mean_pool, token_batches
+from app.ml.errors import IncompatibleSpec, InvalidInput
+from app.ml.head import check_label_names
+from app.ml.spec_space import FitRecipe, SpecSpace, check_vector
+
+SpecKind = Literal["model", "task"]
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass
+class PaveSpec:
+    """A PAVE vector with the id of its space and how it was made."""
+
+    space_id: str
+    vector: np.ndarray
+    kind: SpecKind
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def save(self, path: Path) -> tuple[Path, Path]:
+        """Write ``<path>.safetensors`` (the vector) and ``<path>.json`` (space id, kind, meta)."""
+        path = Path(path)
+        tensors, meta = path.with_suffix(".safetensors"), path.with_suffix(".json")
+        save_file(
+            {"pave": self.vector.astype(np.float32)}, str(tensors), metadata={"space_id": self.space_id}
+        )
+        meta.write_text(
+            json.dumps({"space_id": self.space_id, "kind": self.kind, "meta": self.meta}, indent=2)
+        )
+        return tensors, meta
+
+    @classmethod
+    def load(cls, path: Path) -> PaveSpec:
+        path = Path(path)
+        try:
+            arrays = load_file(str(path.with_suffix(".safetensors")))
+            info = json.loads(path.with_suffix(".json").read_text())
+        except (OSError, ValueError) as exc:
+            raise IncompatibleSpec(f"cannot read spec at {path}: {exc}") from exc
+        if "pave" not in arrays:
+            raise IncompatibleSpec(f"{path} holds no 'pave' tensor")
+        return cls(
+            space_id=str(info["space_id"]),
+            vector=arrays["pave"],
+            kind=info["kind"],
+            meta=info.get("meta", {}),
+        )
+
+
+def _check_targets(
+    targets: np.ndarray | Sequence[int], n: int, num_classes: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return (soft targets N×C, hard class per example). Refuses unknown labels and one class."""
+    arr = np.asarray(targets)
+    if arr.shape[0] != n:
+        raise InvalidInput(f"{arr.shape[0]} targets for {n} texts")
+    if arr.ndim == 1:
+        if not np.issubdtype(arr.dtype, np.integer):
+            raise InvalidInput(f"hard targets must be integer class ids, got dtype {arr.dtype}")
+        bad = arr[(arr < 0) | (arr >= num_classes)]
+        if bad.size:
+            raise InvalidInput(f"label {int(bad[0])} is not among the {num_classes} label names")
+        hard = torch.from_numpy(arr.astype(np.int64))
+        soft = F.one_hot(hard, num_classes).float()
+    elif arr.ndim == 2:
+        if arr.shape[1] != num_classes:
+            raise InvalidInput(f"probabilities have {arr.shape[1]} columns for {num_classes} label names")
+        if not np.all(np.isfinite(arr)) or np.any(arr < 0):
+            raise InvalidInput("probabilities must be finite and non-negative")
+        soft = torch.from_numpy(arr.astype(np.float32))
+        soft = soft / soft.sum(dim=1, keepdim=True).clamp(min=1e-12)
+        hard = soft.argmax(dim=1)
+    else:
+        raise InvalidInput(f"targets must be 1-D labels or 2-D probabilities, got shape {arr.shape}")
+    if torch.unique(hard).numel() < 2:
+        raise InvalidInput("targets cover a single class: a spec needs at least two")
+    return soft, hard
+
+
+def _class_weights(hard: torch.Tensor, num_classes: int) -> torch.Tensor:
+    counts = torch.bincount(hard, minlength=num_classes).float()
+    return 1.0 / counts[hard]
+
+
+def fit_pave_spec(
+    space: SpecSpace,
+    texts: Sequence[str],
+    targets: np.ndarray | Sequence[int],
+    label_names: Sequence[str],
+    *,
+    kind: SpecKind,
+    recipe: FitRecipe | None = None,
+    progress: Progress | None = None,
+) -> PaveSpec:
+    """Fit B of ``space`` to (texts, targets) and return the spec.
+
+    ``targets`` are class ids into ``label_names`` (N,) or probabilities (N, C). The recipe
+    defaults to the space's own; a different recipe gives vectors of a different space.
+    """
+    recipe = recipe or space.config.recipe
+    texts = check_texts(texts)
+    names = check_label_names(label_names)
+    soft, hard = _check_targets(targets, len(texts), len(names))
+    started = time.perf_counter()
+    with space.lock:
+        head = space.head(tuple(names))
+        space.reset()
+        torch.manual_seed(recipe.seed)
+        if recipe.steps == 0:
+            _one_gradient(space, texts, soft, hard, head.logits, recipe, progress)
+            grad = space.spec_vector(from_grad=True)
+            vector = -np.sign(grad) if recipe.balanced else -grad
+        else:
+            _adam_steps(space, texts, soft, hard, head.logits, recipe, progress)
+            vector = space.spec_vector()
+        space.reset()
+    vector = vector.astype(np.float32)
+    check_vector(vector, space)
+    meta = {
+        "n_examples": len(texts),
+        "label_names": names,
+        "steps": recipe.steps,
+        "balanced": recipe.balanced,
+        "soft_targets": bool(np.asarray(targets).ndim == 2),
+        "seconds": round(time.perf_counter() - started, 4),
+    }
+    return PaveSpec(space_id=space.id, vector=vector, kind=kind, meta=meta)
+
+
+def _features(space: SpecSpace, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    device = space.encoder.device
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        hidden = space.model(**inputs).last_hidden_state
+    return mean_pool(hidden.float(), inputs["attention_mask"])
+
+
+def _one_gradient(
+    space: SpecSpace,
+    texts: list[str],
+    soft: torch.Tensor,
+    hard: torch.Tensor,
+    logits_fn: Callable[[torch.Tensor], torch.Tensor],
+    recipe: FitRecipe,
+    progress: Progress | None,
+) -> None:
+    """Accumulate ∇B of the (balanced) loss at B = 0 over mini-batches."""
+    num_classes = soft.shape[1]
+    weights = _class_weights(hard, num_classes) if recipe.balanced else torch.ones(len(texts))
+    weights = weights / weights.sum()
+    total = (len(texts) + recipe.batch_size - 1) // recipe.batch_size
+    device = space.encoder.device
+    for step, batch in enumerate(
+        token_batches(
+            space.encoder.tokenizer,
+            texts,
+            batch_size=recipe.batch_size,
+            max_tokens=recipe.max_tokens,
+            device=device,
+        )
+    ):
+        idx = torch.tensor(batch.indices)
+        logits = logits_fn(_features(space, batch.inputs))
+        y = soft[idx].to(device)
+        if recipe.balanced:
+            # ∂L/∂logits = w·(u − y): the residual against uniform, not the base's own prediction.
+            residual = (torch.full_like(y, 1.0 / num_classes) - y) * weights[idx].to(device)[:, None]
+        else:
+            residual = (torch.softmax(logits.detach(), dim=-1) - y) * weights[idx].to(device)[:, None]
+        (logits * residual).sum().backward()
+        if progress:
+            progress(step + 1, total, "gradient at B = 0")
+
+
+def _adam_steps(
+    space: SpecSpace,
+    texts: list[str],
+    soft: torch.Tensor,
+    hard: torch.Tensor,
+    logits_fn: Callable[[torch.Tensor], torch.Tensor],
+    recipe: FitRecipe,
+    progress: Progress | None,
+) -> None:
+    """AdamW on B only, mini-batches drawn from a seeded permutation."""
+    num_classes = soft.shape[1]
+    weights = _class_weights(hard, num_classes) if recipe.balanced else torch.ones(len(texts))
+    optimizer = torch.optim.AdamW(space.b_params, lr=recipe.lr, weight_decay=recipe.weight_decay)
+    gen = torch.Generator().manual_seed(recipe.seed)
+    order = torch.randperm(len(texts), generator=gen)
+    cursor = 0
+    device = space.encoder.device
+    tokenizer = space.encoder.tokenizer
+    for step in range(recipe.steps):
+        if cursor + recipe.batch_size > len(order) and cursor > 0:
+            order, cursor = torch.randperm(len(texts), generator=gen), 0
+        idx = order[cursor : cursor + recipe.batch_size]
+        cursor += recipe.batch_size
+        enc = tokenizer(
+            [texts[i] for i in idx.tolist()],
+            padding="longest",
+            truncation=True,
+            max_length=recipe.max_tokens,
+            return_tensors="pt",
+        )
+        logits = logits_fn(_features(space, {k: v.to(device) for k, v in enc.items()}))
+        y = soft[idx].to(device)
+        w = weights[idx].to(device)
+        loss = (-(y * torch.log_softmax(logits, dim=-1)).sum(dim=-1) * w).sum() / w.sum()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        if progress:
+            progress(step + 1, recipe.steps, f"AdamW step, loss {loss.item():.3f}")

@@ -115,6 +115,7 @@ class SpecSpace:
         self.dim = sum(b.numel() for b in self._b)
         self.id = space_id(config, encoder.sha256)
         self._heads: dict[tuple[str, ...], LabelNameHead] = {}
+        self._freeze_a()
         self.lock = threading.Lock()
         """Fitting mutates B: one fit at a time per loaded space."""
         self.reset()
@@ -162,7 +163,12 @@ class SpecSpace:
                 self._heads[key] = LabelNameHead.from_names(
                     self.encoder, key, self.config.temperature, max_tokens=32
                 )
+            self._freeze_a()  # peft marks every adapter weight trainable again on exit
         return self._heads[key]
+
+    def _freeze_a(self) -> None:
+        for name, param in self.model.named_parameters():
+            param.requires_grad_("lora_B" in name)
 
     def describe(self) -> dict[str, Any]:
         """All a client needs to compute a compatible spec locally (and check it matches)."""

@@ -1,0 +1,1 @@
+"""The ``pavedock`` command line."""

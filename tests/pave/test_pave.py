@@ -1,0 +1,114 @@
+"""PAVE fitting on a tiny base: determinism, what trains, the one-step spec, bad input."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+import torch
+
+from app.ml.encoders import mean_pool
+from app.ml.errors import IncompatibleSpec, InvalidInput
+from app.ml.pave import PaveSpec, fit_pave_spec
+from app.ml.spec_space import FitRecipe, SpecSpace
+from tests.pave.conftest import LABELS, NAMES, TEXTS
+
+
+def _frozen_state(space: SpecSpace) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in space.model.named_parameters() if "lora_B" not in n}
+
+
+@pytest.mark.parametrize("steps", [0, 3])
+def test_fitting_is_deterministic(tiny_space: SpecSpace, steps: int) -> None:
+    recipe = FitRecipe(steps=steps, batch_size=4)
+    a = fit_pave_spec(tiny_space, TEXTS, LABELS, NAMES, kind="task", recipe=recipe)
+    b = fit_pave_spec(tiny_space, TEXTS, LABELS, NAMES, kind="task", recipe=recipe)
+    assert a.vector.shape == (tiny_space.dim,) and a.vector.dtype == np.float32
+    assert np.array_equal(a.vector, b.vector)
+    assert a.space_id == tiny_space.id
+
+
+def test_only_b_trains_and_the_space_is_reset(tiny_space: SpecSpace) -> None:
+    before = _frozen_state(tiny_space)
+    spec = fit_pave_spec(tiny_space, TEXTS, LABELS, NAMES, kind="task", recipe=FitRecipe(steps=5, lr=1e-2))
+    assert np.count_nonzero(spec.vector) > 0.5 * spec.vector.size
+    after = _frozen_state(tiny_space)
+    assert before.keys() == after.keys()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert all(not b.any() for b in tiny_space.b_params)
+
+
+def test_one_step_spec_is_the_first_gradient(tiny_space: SpecSpace) -> None:
+    """Plain variant: the spec is −∇B of the mean cross-entropy at B = 0."""
+    spec = fit_pave_spec(
+        tiny_space, TEXTS, LABELS, NAMES, kind="task", recipe=FitRecipe(steps=0, balanced=False, batch_size=3)
+    )
+    tiny_space.reset()
+    head = tiny_space.head(tuple(NAMES))
+    enc = tiny_space.encoder.tokenizer(TEXTS, padding=True, return_tensors="pt")
+    hidden = tiny_space.model(**enc).last_hidden_state
+    logits = head.logits(mean_pool(hidden, enc["attention_mask"]))
+    torch.nn.functional.cross_entropy(logits, torch.tensor(LABELS)).backward()
+    expected = -tiny_space.spec_vector(from_grad=True)
+    tiny_space.reset()
+    assert np.abs(expected).max() > 1e-3  # a real gradient, not numerical noise
+    np.testing.assert_allclose(spec.vector, expected, rtol=1e-4, atol=1e-7)
+
+
+def test_balanced_one_step_is_a_sign_vector_invariant_to_class_imbalance(tiny_space: SpecSpace) -> None:
+    spec = fit_pave_spec(tiny_space, TEXTS, LABELS, NAMES, kind="task")
+    assert set(np.unique(spec.vector).tolist()) <= {-1.0, 0.0, 1.0}
+    # Repeating one class's examples changes the counts, not the balanced spec.
+    texts = TEXTS + TEXTS[:4] * 3
+    labels = LABELS + LABELS[:4] * 3
+    imbalanced = fit_pave_spec(tiny_space, texts, labels, NAMES, kind="task")
+    agree = np.mean(spec.vector == imbalanced.vector)
+    assert agree > 0.98
+
+
+def test_soft_targets_are_accepted(tiny_space: SpecSpace) -> None:
+    probs = np.eye(2, dtype=np.float32)[LABELS] * 0.8 + 0.1
+    spec = fit_pave_spec(tiny_space, TEXTS, probs, NAMES, kind="model")
+    assert spec.meta["soft_targets"] is True and spec.kind == "model"
+
+
+@pytest.mark.parametrize(
+    ("texts", "labels", "names", "message"),
+    [
+        ([], [], NAMES, "no texts"),
+        (TEXTS, [1] * len(TEXTS), NAMES, "single class"),
+        (TEXTS, [*LABELS[:-1], 2], NAMES, "label 2 is not among"),
+        ([*TEXTS[:-1], "   "], LABELS, NAMES, "text 7 is empty"),
+        (TEXTS, LABELS[:-1], NAMES, "7 targets for 8 texts"),
+        (TEXTS, LABELS, ["positive"], "at least two label names"),
+        (TEXTS, LABELS, ["positive", "positive"], "duplicate"),
+        (TEXTS, [0.5] * 8, NAMES, "integer class ids"),
+    ],
+)
+def test_bad_input_is_refused_with_a_reason(
+    tiny_space: SpecSpace, texts: list[str], labels: list[int], names: list[str], message: str
+) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        fit_pave_spec(tiny_space, texts, labels, names, kind="task")
+
+
+def test_long_texts_are_truncated_with_a_warning(
+    tiny_space: SpecSpace, caplog: pytest.LogCaptureFixture
+) -> None:
+    long = " ".join(["good"] * 300)
+    with caplog.at_level(logging.WARNING):
+        spec = fit_pave_spec(
+            tiny_space, [long, *TEXTS[1:]], LABELS, NAMES, kind="task", recipe=FitRecipe(max_tokens=16)
+        )
+    assert "truncated" in caplog.text
+    assert spec.vector.shape == (tiny_space.dim,)
+
+
+def test_spec_round_trips_through_files(tiny_space: SpecSpace, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    spec = fit_pave_spec(tiny_space, TEXTS, LABELS, NAMES, kind="task")
+    spec.save(tmp_path / "spec")
+    loaded = PaveSpec.load(tmp_path / "spec")
+    assert loaded.space_id == spec.space_id and np.array_equal(loaded.vector, spec.vector)
+    with pytest.raises(IncompatibleSpec, match="cannot read"):
+        PaveSpec.load(tmp_path / "missing")

@@ -1,0 +1,203 @@
+"""Dense merge methods: pure functions from the task vectors of one tensor to its merged delta.
+
+Every function takes τ_1..τ_T of one tensor (all the same shape), computes in float32
+(float64 for SVDs) and returns the merged delta δ in float32, already scaled by λ or α:
+the merged weight is θ0 + δ. The caller casts back to the base's dtype.
+
+Numerical rank: the SVD methods treat singular values at or below `rtol · σ_max` as zero.
+A sum of LoRA updates has rank ≤ Σr, and the rest of its spectrum is rounding noise; without
+the cut, Iso-C would lift that noise to the mean singular value, and TSV-M would orthogonalise
+arbitrary null-space vectors together with the real ones.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from app.ml.errors import InvalidInput
+
+RANK_RTOL = 1e-4
+"""Singular values at or below this fraction of the largest count as zero."""
+
+Combine = Literal["task_arithmetic", "ties"]
+
+
+def tensor_seed(seed: int, name: str) -> int:
+    """A per-tensor seed, so a tensor's random draws do not depend on the order tensors are visited."""
+    return (seed * 1_000_003 + zlib.crc32(name.encode())) % (2**63 - 1)
+
+
+def stack_task_vectors(taus: Sequence[Tensor], name: str = "tensor") -> Tensor:
+    """Stack τ_1..τ_T into one float32 tensor (T, ...), checking that their shapes agree."""
+    if not taus:
+        raise InvalidInput(f"{name}: no task vectors to merge")
+    shape = taus[0].shape
+    for index, tau in enumerate(taus):
+        if tau.shape != shape:
+            raise InvalidInput(
+                f"{name}: task vector {index} has shape {tuple(tau.shape)} but task vector 0 has {tuple(shape)}"
+            )
+    return torch.stack([tau.to(torch.float32) for tau in taus])
+
+
+def _matrices(taus: Sequence[Tensor], name: str) -> Tensor:
+    stacked = stack_task_vectors(taus, name)
+    if stacked.dim() != 3:
+        raise InvalidInput(f"{name}: this method needs 2-D tensors, got shape {tuple(stacked.shape[1:])}")
+    return stacked
+
+
+def numerical_rank(singular_values: Tensor, tol: float) -> int:
+    """How many of the (descending) singular values lie above `tol`."""
+    return int((singular_values > tol).sum().item())
+
+
+def polar_factor(matrix: Tensor) -> Tensor:
+    """The orthogonal polar factor P·Qᵀ of `matrix` = P·Σ·Qᵀ: the nearest matrix with orthonormal columns."""
+    left, _, right_h = torch.linalg.svd(matrix, full_matrices=False)
+    return left @ right_h
+
+
+def mean_task_vector(taus: Sequence[Tensor], name: str = "tensor") -> Tensor:
+    """(1/T)·Σ_t τ_t: the fallback for tensors a method does not cover (biases, norms, >2-D)."""
+    return stack_task_vectors(taus, name).mean(dim=0)
+
+
+def merge_task_arithmetic(taus: Sequence[Tensor], lam: float, name: str = "tensor") -> Tensor:
+    """Task Arithmetic: δ = λ·Σ_t τ_t."""
+    return lam * stack_task_vectors(taus, name).sum(dim=0)
+
+
+def trim_top_k(tau: Tensor, fraction: float) -> Tensor:
+    """Keep the `fraction` of entries of `tau` largest in magnitude, zero the rest (ties at the cut are kept)."""
+    if not 0.0 < fraction <= 1.0:
+        raise InvalidInput(f"top-k fraction {fraction!r} is out of range (0, 1]")
+    flat = tau.reshape(-1).abs()
+    keep = max(1, math.ceil(fraction * flat.numel()))
+    if keep >= flat.numel():
+        return tau.clone()
+    threshold = torch.kthvalue(flat, flat.numel() - keep + 1).values
+    return torch.where(tau.abs() >= threshold, tau, torch.zeros_like(tau))
+
+
+def merge_ties(taus: Sequence[Tensor], k: float, lam: float, name: str = "tensor") -> Tensor:
+    """TIES: trim each τ_t to its top-k entries, elect a sign per entry, take the disjoint mean, scale by λ."""
+    trimmed = torch.stack([trim_top_k(tau, k) for tau in stack_task_vectors(taus, name)])
+    elected = torch.sign(trimmed.sum(dim=0))
+    agrees = (torch.sign(trimmed) == elected) & (trimmed != 0)
+    count = agrees.sum(dim=0).clamp(min=1)
+    return lam * (trimmed * agrees).sum(dim=0) / count
+
+
+def dare_drop(tau: Tensor, p: float, generator: torch.Generator) -> Tensor:
+    """DARE: drop each entry with probability p and rescale the survivors by 1/(1-p)."""
+    if not 0.0 <= p < 1.0:
+        raise InvalidInput(f"DARE drop probability p={p!r} is out of range [0, 1)")
+    keep = torch.rand(tau.shape, generator=generator) >= p
+    return tau.to(torch.float32) * keep / (1.0 - p)
+
+
+def merge_dare(
+    taus: Sequence[Tensor],
+    p: float,
+    lam: float,
+    generator: torch.Generator,
+    combine: Combine = "task_arithmetic",
+    k: float = 0.2,
+    name: str = "tensor",
+) -> Tensor:
+    """DARE: drop-and-rescale every τ_t (one draw per task from `generator`), then TA or TIES."""
+    dropped = [dare_drop(tau, p, generator) for tau in stack_task_vectors(taus, name)]
+    if combine == "task_arithmetic":
+        return merge_task_arithmetic(dropped, lam, name)
+    if combine == "ties":
+        return merge_ties(dropped, k, lam, name)
+    raise InvalidInput(f"DARE combine={combine!r} is not one of task_arithmetic, ties")
+
+
+def top_singular_triplets(matrix: Tensor, k: int, tol: float) -> tuple[Tensor, Tensor, Tensor]:
+    """The top min(k, numerical rank) singular triplets (U: m×k, S: k, V: n×k) of `matrix`, in float64."""
+    left, values, right_h = torch.linalg.svd(matrix.to(torch.float64), full_matrices=False)
+    keep = min(k, numerical_rank(values, tol))
+    return left[:, :keep], values[:keep], right_h[:keep].T
+
+
+def combine_orthogonalised(left: Tensor, values: Tensor, right: Tensor) -> Tensor:
+    """U⊥·diag(S)·V⊥ᵀ where U⊥, V⊥ are the polar factors of the concatenated singular vectors."""
+    if values.numel() == 0:
+        return torch.zeros(left.shape[0], right.shape[0], dtype=torch.float64)
+    return (polar_factor(left) * values) @ polar_factor(right).T
+
+
+def merge_tsv_m(
+    taus: Sequence[Tensor], alpha: float, name: str = "tensor", rtol: float = RANK_RTOL
+) -> Tensor:
+    """TSV-M: top k=⌊min(m,n)/T⌋ triplets per task, polar-orthogonalise the stacked U and V, scale by α."""
+    stacked = _matrices(taus, name)
+    count, rows, cols = stacked.shape
+    k = max(1, min(rows, cols) // count)
+    lefts, values, rights = [], [], []
+    for tau in stacked:
+        tau64 = tau.to(torch.float64)
+        scale = torch.linalg.matrix_norm(tau64, ord=2).item()
+        left, value, right = top_singular_triplets(tau64, k, rtol * scale)
+        lefts.append(left)
+        values.append(value)
+        rights.append(right)
+    merged = combine_orthogonalised(torch.cat(lefts, 1), torch.cat(values), torch.cat(rights, 1))
+    return (alpha * merged).to(torch.float32)
+
+
+def merge_iso_c(
+    taus: Sequence[Tensor], alpha: float, name: str = "tensor", rtol: float = RANK_RTOL
+) -> Tensor:
+    """Iso-C: M = Σ_t τ_t = UΣVᵀ; δ = α·mean(Σ)·U·Vᵀ over M's numerical rank."""
+    total = _matrices(taus, name).sum(dim=0).to(torch.float64)
+    left, values, right_h = torch.linalg.svd(total, full_matrices=False)
+    rank = numerical_rank(values, rtol * values[0].item())
+    if rank == 0:
+        return torch.zeros_like(total, dtype=torch.float32)
+    iso = values[:rank].mean() * left[:, :rank] @ right_h[:rank]
+    return (alpha * iso).to(torch.float32)
+
+
+def merge_iso_cts(
+    taus: Sequence[Tensor],
+    common_fraction: float,
+    alpha: float,
+    name: str = "tensor",
+    rtol: float = RANK_RTOL,
+) -> Tensor:
+    """Iso-CTS: the top ⌊f·r⌋ directions of Σ_t τ_t plus ⌊(r-c)/T⌋ per task from its residual,
+    both sides polar-orthogonalised, every direction scaled by the mean kept singular value, then α.
+
+    r is the numerical rank of Σ_t τ_t (min(m, n) for full-rank updates); at least one common
+    direction is kept, so a rank-1 sum still merges.
+    """
+    stacked = _matrices(taus, name).to(torch.float64)
+    left, values, right_h = torch.linalg.svd(stacked.sum(dim=0), full_matrices=False)
+    tol = rtol * values[0].item()
+    rank = numerical_rank(values, tol)
+    if rank == 0:
+        return torch.zeros(stacked.shape[1:], dtype=torch.float32)
+    common = max(1, math.floor(common_fraction * rank))
+    per_task = (rank - common) // stacked.shape[0]
+    common_left = left[:, :common]
+    lefts, kept, rights = [common_left], [values[:common]], [right_h[:common].T]
+    if per_task > 0:
+        for tau in stacked:
+            residual = tau - common_left @ (common_left.T @ tau)
+            task_left, task_values, task_right = top_singular_triplets(residual, per_task, tol)
+            lefts.append(task_left)
+            kept.append(task_values)
+            rights.append(task_right)
+    all_values = torch.cat(kept)
+    iso = torch.full_like(all_values, all_values.mean().item())
+    merged = combine_orthogonalised(torch.cat(lefts, 1), iso, torch.cat(rights, 1))
+    return (alpha * merged).to(torch.float32)

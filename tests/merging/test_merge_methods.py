@@ -18,6 +18,7 @@ from app.ml.merging import (
     merge_ties,
     merge_tsv_m,
 )
+from app.ml.merging.methods import tensor_seed
 
 
 def _np(taus: list[Tensor]) -> list[np.ndarray]:
@@ -72,27 +73,34 @@ def test_ties_keeps_top_k_per_tensor_not_globally() -> None:
     assert torch.count_nonzero(merged_big) == 1 and merged_big[1, 1] == 20.0
 
 
+def _dare_masks(taus: list[Tensor], p: float, seed: int, name: str = "tensor") -> list[Tensor]:
+    """The drop masks DARE documents: one generator per task, seeded from (seed, name, task)."""
+    return [
+        torch.rand(tau.shape, generator=torch.Generator().manual_seed(tensor_seed(seed, f"{name}#{t}"))) >= p
+        for t, tau in enumerate(taus)
+    ]
+
+
 def test_dare_matches_reference_masks(taus: list[Tensor]) -> None:
     p, lam = 0.6, 0.7
-    reference_generator = torch.Generator().manual_seed(7)
+    masks = _dare_masks(taus, p, seed=7)
     expected = sum(
-        tau.double().numpy() * (torch.rand(tau.shape, generator=reference_generator) >= p).numpy() / (1 - p)
-        for tau in taus
+        tau.double().numpy() * mask.numpy() / (1 - p) for tau, mask in zip(taus, masks, strict=True)
     )
-    actual = merge_dare(taus, p, lam, torch.Generator().manual_seed(7))
-    _close(actual, lam * expected)
+    _close(merge_dare(taus, p, lam, seed=7), lam * np.asarray(expected))
+    kept = torch.cat([mask.reshape(-1) for mask in masks]).float().mean().item()
+    assert abs(kept - (1 - p)) < 0.1
 
 
 def test_dare_with_ties_applies_ties_to_dropped_vectors(taus: list[Tensor]) -> None:
-    reference_generator = torch.Generator().manual_seed(3)
-    dropped = [tau * (torch.rand(tau.shape, generator=reference_generator) >= 0.5) / 0.5 for tau in taus]
-    actual = merge_dare(taus, 0.5, 1.0, torch.Generator().manual_seed(3), combine="ties", k=0.3)
+    masks = _dare_masks(taus, 0.5, seed=3)
+    dropped = [tau * mask / 0.5 for tau, mask in zip(taus, masks, strict=True)]
+    actual = merge_dare(taus, 0.5, 1.0, seed=3, combine="ties", k=0.3)
     _close(actual, _ties_reference(dropped, 0.3, 1.0))
 
 
 def test_dare_without_dropping_is_task_arithmetic(taus: list[Tensor]) -> None:
-    actual = merge_dare(taus, 0.0, 0.4, torch.Generator().manual_seed(0))
-    _close(actual, 0.4 * sum(_np(taus)))
+    _close(merge_dare(taus, 0.0, 0.4, seed=0), 0.4 * sum(_np(taus)))
 
 
 def test_tsv_m_equals_its_formula(taus: list[Tensor]) -> None:

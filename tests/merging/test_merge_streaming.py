@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import weakref
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import torch
@@ -112,29 +114,45 @@ def test_merged_file_loads_into_the_model(bert_files: tuple[Path, list[Path]], t
     assert not list(tmp_path.glob("*.partial"))
 
 
-def test_tensors_are_read_one_at_a_time_in_order(bert_files: tuple[Path, list[Path]]) -> None:
+class CountingSource(SafetensorsSource):
+    """A real safetensors source that records its reads and how many of its tensors are alive."""
+
+    live = 0
+    most_live = 0
+    reads: ClassVar[list[tuple[int, str]]] = []
+
+    def __init__(self, path: Path, index: int) -> None:
+        super().__init__(path)
+        self.index = index
+
+    def get(self, name: str) -> Tensor:
+        tensor = super().get(name)
+        CountingSource.reads.append((self.index, name))
+        CountingSource.live += 1
+        CountingSource.most_live = max(CountingSource.most_live, CountingSource.live)
+        weakref.finalize(tensor, CountingSource._released)
+        return tensor
+
+    @staticmethod
+    def _released() -> None:
+        CountingSource.live -= 1
+
+
+@pytest.mark.parametrize("method", ["task_arithmetic", "ties", "tsv_m", "iso_cts"])
+def test_tensors_stream_one_at_a_time(bert_files: tuple[Path, list[Path]], method: str) -> None:
     base_path, paths = bert_files
-    reads: list[tuple[int, str]] = []
-
-    class RecordingSource(SafetensorsSource):
-        def __init__(self, path: Path, index: int) -> None:
-            super().__init__(path)
-            self.index = index
-
-        def get(self, name: str) -> Tensor:
-            reads.append((self.index, name))
-            return super().get(name)
-
-    base = RecordingSource(base_path, -1)
-    merge_state_dicts(base, [RecordingSource(path, i) for i, path in enumerate(paths)], "iso_c")
-    names = base.keys()
-    floating = {name for name in names if load_file(str(base_path))[name].is_floating_point()}
-    expected = [
-        read
-        for name in names
-        for read in [(-1, name)] + ([(i, name) for i in range(3)] if name in floating else [])
+    CountingSource.reads.clear()
+    CountingSource.live = CountingSource.most_live = 0
+    four_models = [CountingSource(path, i) for i, path in enumerate([*paths, paths[0]])]
+    merged = merge_state_dicts(SafetensorsSource(base_path), four_models, method, {"pact": True})
+    names = list(merged)
+    blocks = [
+        name
+        for i, (_, name) in enumerate(CountingSource.reads)
+        if i == 0 or CountingSource.reads[i - 1][1] != name
     ]
-    assert reads == expected
+    assert blocks == names, "each tensor is read in one contiguous block, in the base's order"
+    assert CountingSource.most_live <= 2, "at most two fine-tuned tensors are alive at once, not T = 4"
 
 
 def test_shape_mismatch_is_named(bert_files: tuple[Path, list[Path]]) -> None:

@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import overload
 
 import torch
 from torch import Tensor
@@ -52,10 +53,11 @@ def stream_merge(
 ) -> MergeStats:
     """Merge `finetuned` models of `base` tensor by tensor into `sink`.
 
-    Only one tensor of each source is in memory at a time, plus the tensors `sink` keeps: peak
-    memory is about (T + 2) × the largest tensor on top of the sink, not T models. Tensors only
-    the fine-tuned models have (task heads) are ignored; a base tensor missing from a fine-tuned
-    model is an error.
+    Task vectors are rebuilt from the sources whenever a method reads them and never all held:
+    peak memory is a few copies of the largest tensor (base, running sums, one τ_t; plus SVD
+    factors for the SVD methods) on top of what `sink` keeps, whatever T is. A tensor no
+    fine-tuned model changed is copied from the base. Tensors only the fine-tuned models have
+    (task heads) are ignored; a base tensor missing from a fine-tuned model is an error.
     """
     spec = get_method(method)
     resolved = spec.resolve(params)
@@ -73,24 +75,9 @@ def stream_merge(
     merged = averaged = unchanged = 0
     for done, name in enumerate(names, start=1):
         weight = base.get(name)
-        taus: list[Tensor] = []
-        changed = False
-        if weight.is_floating_point():
+        if weight.is_floating_point() and _any_changed(name, weight, finetuned):
             base32 = weight.to(torch.float32)
-            for index, source in enumerate(finetuned):
-                other = source.get(name)
-                if other.shape != weight.shape:
-                    raise InvalidInput(
-                        f"{name}: fine-tuned model {index} has shape {tuple(other.shape)} "
-                        f"but the base has {tuple(weight.shape)}"
-                    )
-                tau = other.to(torch.float32) - base32
-                del other
-                changed = changed or bool(tau.any())
-                taus.append(tau)
-        if changed:
-            delta = merge_delta(name, weight, taus, spec, resolved)
-            taus.clear()
+            delta = merge_delta(name, weight, _SourceTaskVectors(name, base32, finetuned), spec, resolved)
             sink.write(name, (base32 + delta).to(weight.dtype))
             del delta, base32
             if spec.elementwise or weight.dim() == 2:
@@ -100,10 +87,52 @@ def stream_merge(
         else:
             sink.write(name, weight)
             unchanged += 1
-        del weight, taus
+        del weight
         _notify(progress, done, len(names), name)
     sink.close()
     return MergeStats(len(names), merged, averaged, unchanged, time.perf_counter() - start)
+
+
+def _read_checked(name: str, weight_shape: torch.Size, source: TensorSource, index: int) -> Tensor:
+    other = source.get(name)
+    if other.shape != weight_shape:
+        raise InvalidInput(
+            f"{name}: fine-tuned model {index} has shape {tuple(other.shape)} but the base has {tuple(weight_shape)}"
+        )
+    return other
+
+
+def _any_changed(name: str, weight: Tensor, finetuned: Sequence[TensorSource]) -> bool:
+    """Whether any fine-tuned model moved this tensor (reads one fine-tuned tensor at a time)."""
+    changed = False
+    for index, source in enumerate(finetuned):
+        other = _read_checked(name, weight.shape, source, index)
+        changed = changed or not torch.equal(other, weight)
+    return changed
+
+
+class _SourceTaskVectors(Sequence[Tensor]):
+    """τ_t = θ_t − θ0 of one tensor, read from source t each time it is asked for, never kept."""
+
+    def __init__(self, name: str, base32: Tensor, finetuned: Sequence[TensorSource]) -> None:
+        self._name = name
+        self._base32 = base32
+        self._finetuned = finetuned
+
+    def __len__(self) -> int:
+        return len(self._finetuned)
+
+    @overload
+    def __getitem__(self, index: int) -> Tensor: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Tensor]: ...
+
+    def __getitem__(self, index: int | slice) -> Tensor | Sequence[Tensor]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(len(self))[index]]
+        other = _read_checked(self._name, self._base32.shape, self._finetuned[index], index)
+        return other.to(torch.float32) - self._base32
 
 
 def merge_state_dicts(

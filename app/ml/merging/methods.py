@@ -4,6 +4,11 @@ Every function takes τ_1..τ_T of one tensor (all the same shape), computes in 
 (float64 for SVDs) and returns the merged delta δ in float32, already scaled by λ or α:
 the merged weight is θ0 + δ. The caller casts back to the base's dtype.
 
+`taus` may be a lazy sequence that rebuilds τ_t from disk on every read (the streaming driver
+passes one): the functions read one τ_t at a time and keep running sums or small SVD factors,
+never all T task vectors, making a pass over the sequence more than once where a method needs
+it (TIES three times, Iso-CTS twice).
+
 Numerical rank: the SVD methods treat singular values at or below `rtol · σ_max` as zero.
 A sum of LoRA updates has rank ≤ Σr, and the rest of its spectrum is rounding noise; without
 the cut, Iso-C would lift that noise to the mean singular value, and TSV-M would orthogonalise
@@ -14,8 +19,8 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Sequence
-from typing import Literal
+from collections.abc import Callable, Iterator, Sequence
+from typing import Literal, overload
 
 import torch
 from torch import Tensor
@@ -33,24 +38,53 @@ def tensor_seed(seed: int, name: str) -> int:
     return (seed * 1_000_003 + zlib.crc32(name.encode())) % (2**63 - 1)
 
 
-def stack_task_vectors(taus: Sequence[Tensor], name: str = "tensor") -> Tensor:
-    """Stack τ_1..τ_T into one float32 tensor (T, ...), checking that their shapes agree."""
-    if not taus:
+class MappedTaskVectors(Sequence[Tensor]):
+    """τ̃_t = fn(t, τ_t), computed when read: a filtered or dropped view that holds no tensors."""
+
+    def __init__(self, taus: Sequence[Tensor], fn: Callable[[int, Tensor], Tensor]) -> None:
+        self._taus = taus
+        self._fn = fn
+
+    def __len__(self) -> int:
+        return len(self._taus)
+
+    @overload
+    def __getitem__(self, index: int) -> Tensor: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Tensor]: ...
+
+    def __getitem__(self, index: int | slice) -> Tensor | Sequence[Tensor]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(len(self))[index]]
+        return self._fn(index, self._taus[index])
+
+
+def iter_task_vectors(taus: Sequence[Tensor], name: str = "tensor", matrix: bool = False) -> Iterator[Tensor]:
+    """Yield τ_1..τ_T as float32, one at a time, checking that their shapes agree (and are 2-D if `matrix`)."""
+    if len(taus) == 0:
         raise InvalidInput(f"{name}: no task vectors to merge")
-    shape = taus[0].shape
-    for index, tau in enumerate(taus):
-        if tau.shape != shape:
+    shape: torch.Size | None = None
+    for index in range(len(taus)):
+        tau = taus[index].to(torch.float32)
+        if shape is None:
+            shape = tau.shape
+            if matrix and tau.dim() != 2:
+                raise InvalidInput(f"{name}: this method needs 2-D tensors, got shape {tuple(shape)}")
+        elif tau.shape != shape:
             raise InvalidInput(
                 f"{name}: task vector {index} has shape {tuple(tau.shape)} but task vector 0 has {tuple(shape)}"
             )
-    return torch.stack([tau.to(torch.float32) for tau in taus])
+        yield tau
 
 
-def _matrices(taus: Sequence[Tensor], name: str) -> Tensor:
-    stacked = stack_task_vectors(taus, name)
-    if stacked.dim() != 3:
-        raise InvalidInput(f"{name}: this method needs 2-D tensors, got shape {tuple(stacked.shape[1:])}")
-    return stacked
+def sum_task_vectors(taus: Sequence[Tensor], name: str = "tensor", matrix: bool = False) -> Tensor:
+    """Σ_t τ_t in float32, accumulated one task vector at a time."""
+    total: Tensor | None = None
+    for tau in iter_task_vectors(taus, name, matrix):
+        total = tau.clone() if total is None else total.add_(tau)
+    assert total is not None
+    return total
 
 
 def numerical_rank(singular_values: Tensor, tol: float) -> int:
@@ -66,33 +100,49 @@ def polar_factor(matrix: Tensor) -> Tensor:
 
 def mean_task_vector(taus: Sequence[Tensor], name: str = "tensor") -> Tensor:
     """(1/T)·Σ_t τ_t: the fallback for tensors a method does not cover (biases, norms, >2-D)."""
-    return stack_task_vectors(taus, name).mean(dim=0)
+    return sum_task_vectors(taus, name) / len(taus)
 
 
 def merge_task_arithmetic(taus: Sequence[Tensor], lam: float, name: str = "tensor") -> Tensor:
     """Task Arithmetic: δ = λ·Σ_t τ_t."""
-    return lam * stack_task_vectors(taus, name).sum(dim=0)
+    return lam * sum_task_vectors(taus, name)
 
 
-def trim_top_k(tau: Tensor, fraction: float) -> Tensor:
-    """Keep the `fraction` of entries of `tau` largest in magnitude, zero the rest (ties at the cut are kept)."""
+def top_k_threshold(tau: Tensor, fraction: float) -> float:
+    """The magnitude of the ⌈fraction·numel⌉-th largest entry of `tau`: entries at or above it are kept."""
     if not 0.0 < fraction <= 1.0:
         raise InvalidInput(f"top-k fraction {fraction!r} is out of range (0, 1]")
     flat = tau.reshape(-1).abs()
     keep = max(1, math.ceil(fraction * flat.numel()))
     if keep >= flat.numel():
-        return tau.clone()
-    threshold = torch.kthvalue(flat, flat.numel() - keep + 1).values
+        return 0.0
+    return float(torch.kthvalue(flat, flat.numel() - keep + 1).values.item())
+
+
+def trim_top_k(tau: Tensor, fraction: float) -> Tensor:
+    """Keep the `fraction` of entries of `tau` largest in magnitude, zero the rest (ties at the cut are kept)."""
+    return _trim(tau, top_k_threshold(tau, fraction))
+
+
+def _trim(tau: Tensor, threshold: float) -> Tensor:
     return torch.where(tau.abs() >= threshold, tau, torch.zeros_like(tau))
 
 
 def merge_ties(taus: Sequence[Tensor], k: float, lam: float, name: str = "tensor") -> Tensor:
-    """TIES: trim each τ_t to its top-k entries, elect a sign per entry, take the disjoint mean, scale by λ."""
-    trimmed = torch.stack([trim_top_k(tau, k) for tau in stack_task_vectors(taus, name)])
-    elected = torch.sign(trimmed.sum(dim=0))
-    agrees = (torch.sign(trimmed) == elected) & (trimmed != 0)
-    count = agrees.sum(dim=0).clamp(min=1)
-    return lam * (trimmed * agrees).sum(dim=0) / count
+    """TIES: trim each τ_t to its top-k entries, elect a sign per entry, take the disjoint mean, scale by λ.
+
+    Three passes over the task vectors (thresholds, elected sign, disjoint mean), one τ_t at a time.
+    """
+    thresholds = [top_k_threshold(tau, k) for tau in iter_task_vectors(taus, name)]
+    trimmed = MappedTaskVectors(taus, lambda t, tau: _trim(tau.to(torch.float32), thresholds[t]))
+    elected = torch.sign(sum_task_vectors(trimmed, name))
+    agreeing_sum = torch.zeros_like(elected)
+    count = torch.zeros_like(elected)
+    for kept in iter_task_vectors(trimmed, name):
+        agrees = (torch.sign(kept) == elected) & (kept != 0)
+        agreeing_sum += kept * agrees
+        count += agrees
+    return lam * agreeing_sum / count.clamp(min=1)
 
 
 def dare_drop(tau: Tensor, p: float, generator: torch.Generator) -> Tensor:
@@ -107,18 +157,26 @@ def merge_dare(
     taus: Sequence[Tensor],
     p: float,
     lam: float,
-    generator: torch.Generator,
+    seed: int,
     combine: Combine = "task_arithmetic",
     k: float = 0.2,
     name: str = "tensor",
 ) -> Tensor:
-    """DARE: drop-and-rescale every τ_t (one draw per task from `generator`), then TA or TIES."""
-    dropped = [dare_drop(tau, p, generator) for tau in stack_task_vectors(taus, name)]
+    """DARE: drop-and-rescale every τ_t, then TA or TIES.
+
+    Task t's mask comes from a generator seeded with `tensor_seed(seed, f"{name}#{t}")`, so a mask
+    is the same however often τ_t is read.
+    """
+    if combine not in ("task_arithmetic", "ties"):
+        raise InvalidInput(f"DARE combine={combine!r} is not one of task_arithmetic, ties")
+
+    def drop(t: int, tau: Tensor) -> Tensor:
+        return dare_drop(tau, p, torch.Generator().manual_seed(tensor_seed(seed, f"{name}#{t}")))
+
+    dropped = MappedTaskVectors(taus, drop)
     if combine == "task_arithmetic":
         return merge_task_arithmetic(dropped, lam, name)
-    if combine == "ties":
-        return merge_ties(dropped, k, lam, name)
-    raise InvalidInput(f"DARE combine={combine!r} is not one of task_arithmetic, ties")
+    return merge_ties(dropped, k, lam, name)
 
 
 def top_singular_triplets(matrix: Tensor, k: int, tol: float) -> tuple[Tensor, Tensor, Tensor]:
@@ -139,12 +197,11 @@ def merge_tsv_m(
     taus: Sequence[Tensor], alpha: float, name: str = "tensor", rtol: float = RANK_RTOL
 ) -> Tensor:
     """TSV-M: top k=⌊min(m,n)/T⌋ triplets per task, polar-orthogonalise the stacked U and V, scale by α."""
-    stacked = _matrices(taus, name)
-    count, rows, cols = stacked.shape
-    k = max(1, min(rows, cols) // count)
     lefts, values, rights = [], [], []
-    for tau in stacked:
+    for tau in iter_task_vectors(taus, name, matrix=True):
+        k = max(1, min(tau.shape) // len(taus))
         tau64 = tau.to(torch.float64)
+        del tau
         scale = torch.linalg.matrix_norm(tau64, ord=2).item()
         left, value, right = top_singular_triplets(tau64, k, rtol * scale)
         lefts.append(left)
@@ -158,7 +215,7 @@ def merge_iso_c(
     taus: Sequence[Tensor], alpha: float, name: str = "tensor", rtol: float = RANK_RTOL
 ) -> Tensor:
     """Iso-C: M = Σ_t τ_t = UΣVᵀ; δ = α·mean(Σ)·U·Vᵀ over M's numerical rank."""
-    total = _matrices(taus, name).sum(dim=0).to(torch.float64)
+    total = sum_task_vectors(taus, name, matrix=True).to(torch.float64)
     left, values, right_h = torch.linalg.svd(total, full_matrices=False)
     rank = numerical_rank(values, rtol * values[0].item())
     if rank == 0:
@@ -180,19 +237,22 @@ def merge_iso_cts(
     r is the numerical rank of Σ_t τ_t (min(m, n) for full-rank updates); at least one common
     direction is kept, so a rank-1 sum still merges.
     """
-    stacked = _matrices(taus, name).to(torch.float64)
-    left, values, right_h = torch.linalg.svd(stacked.sum(dim=0), full_matrices=False)
+    total = sum_task_vectors(taus, name, matrix=True).to(torch.float64)
+    left, values, right_h = torch.linalg.svd(total, full_matrices=False)
+    del total
     tol = rtol * values[0].item()
     rank = numerical_rank(values, tol)
     if rank == 0:
-        return torch.zeros(stacked.shape[1:], dtype=torch.float32)
+        return torch.zeros(left.shape[0], right_h.shape[1], dtype=torch.float32)
     common = max(1, math.floor(common_fraction * rank))
-    per_task = (rank - common) // stacked.shape[0]
+    per_task = (rank - common) // len(taus)
     common_left = left[:, :common]
     lefts, kept, rights = [common_left], [values[:common]], [right_h[:common].T]
     if per_task > 0:
-        for tau in stacked:
-            residual = tau - common_left @ (common_left.T @ tau)
+        for tau in iter_task_vectors(taus, name, matrix=True):
+            tau64 = tau.to(torch.float64)
+            del tau
+            residual = tau64 - common_left @ (common_left.T @ tau64)
             task_left, task_values, task_right = top_singular_triplets(residual, per_task, tol)
             lefts.append(task_left)
             kept.append(task_values)

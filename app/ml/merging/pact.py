@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from app.ml.errors import InvalidInput
-from app.ml.merging.methods import RANK_RTOL, numerical_rank, tensor_seed
+from app.ml.merging.methods import RANK_RTOL, MappedTaskVectors, numerical_rank, tensor_seed
 from app.ml.merging.params import ResolvedParams
 
 Side = Literal["right", "left"]
@@ -140,24 +140,30 @@ def apply_shield(tau: Tensor, shield: Tensor, side: Side) -> Tensor:
 
 
 def pact_shields(name: str, base_weight: Tensor, taus: Sequence[Tensor], config: PactConfig) -> list[Tensor]:
-    """The shield P_t of every task for one dense weight matrix."""
-    for index, tau in enumerate(taus):
+    """The shield P_t of every task for one dense weight matrix (one pass over the task vectors)."""
+    k = config.task_rank(base_weight.shape)
+    subspaces = []
+    for t in range(len(taus)):
+        tau = taus[t]
         if tau.shape != base_weight.shape:
             raise InvalidInput(
-                f"{name}: task vector {index} has shape {tuple(tau.shape)} but the base weight has "
+                f"{name}: task vector {t} has shape {tuple(tau.shape)} but the base weight has "
                 f"{tuple(base_weight.shape)}"
             )
-    k = config.task_rank(base_weight.shape)
-    subspaces = [
-        top_singular_subspace(tau, k, config.side, config.svd, tensor_seed(config.seed, f"{name}#{t}"))
-        for t, tau in enumerate(taus)
-    ]
+        subspaces.append(
+            top_singular_subspace(tau, k, config.side, config.svd, tensor_seed(config.seed, f"{name}#{t}"))
+        )
     return shields(anchor_subspace(name, base_weight, config), subspaces)
 
 
-def pact_filter(name: str, base_weight: Tensor, taus: Sequence[Tensor], config: PactConfig) -> list[Tensor]:
-    """τ̃_t = τ_t with the other tasks' load-bearing-wall subspaces projected out, for one weight matrix."""
-    return [
-        apply_shield(tau, shield, config.side)
-        for tau, shield in zip(taus, pact_shields(name, base_weight, taus, config), strict=True)
-    ]
+def pact_filter(
+    name: str, base_weight: Tensor, taus: Sequence[Tensor], config: PactConfig
+) -> Sequence[Tensor]:
+    """τ̃_t = τ_t with the other tasks' load-bearing-wall subspaces projected out, for one weight matrix.
+
+    The result is lazy: τ̃_t is computed from `taus[t]` when read, so no filtered copies are held.
+    """
+    task_shields = pact_shields(name, base_weight, taus, config)
+    return MappedTaskVectors(
+        taus, lambda t, tau: apply_shield(tau.to(torch.float32), task_shields[t], config.side)
+    )

@@ -31,7 +31,6 @@ from app.ml.merging.methods import (
     merge_task_arithmetic,
     merge_ties,
     merge_tsv_m,
-    tensor_seed,
 )
 from app.ml.merging.pact import PactConfig, pact_filter
 from app.ml.merging.params import ParamSpec, ResolvedParams, resolve
@@ -157,12 +156,11 @@ def _ties(name: str, taus: Sequence[Tensor], params: ResolvedParams) -> Tensor:
 
 
 def _dare(name: str, taus: Sequence[Tensor], params: ResolvedParams) -> Tensor:
-    generator = torch.Generator().manual_seed(tensor_seed(params.get_int("seed"), name))
     return merge_dare(
         taus,
         p=params.get_float("p"),
         lam=params.get_float("lam"),
-        generator=generator,
+        seed=params.get_int("seed"),
         combine=cast(Combine, params.get_str("combine")),
         k=params.get_float("k"),
         name=name,
@@ -342,15 +340,13 @@ def merge_delta(
     name: str, base: Tensor, taus: Sequence[Tensor], method: MergeMethod, params: ResolvedParams
 ) -> Tensor:
     """The merged delta δ (float32) of one tensor: PACT if enabled and it covers the tensor, then the
-    method on 2-D tensors (or every tensor for elementwise methods), mean(τ) for the rest."""
-    for index, tau in enumerate(taus):
-        if tau.shape != base.shape:
-            raise InvalidInput(
-                f"{name}: task vector {index} has shape {tuple(tau.shape)} but the base has {tuple(base.shape)}"
-            )
+    method on 2-D tensors (or every tensor for elementwise methods), mean(τ) for the rest.
+
+    `taus` must have the base's shape (the callers check); it may be lazy (see `methods.py`).
+    """
     pact = PactConfig.from_params(params)
     if pact is not None and pact.covers(name, base.shape):
-        taus = pact_filter(name, base, [tau.to(torch.float32) for tau in taus], pact)
+        taus = pact_filter(name, base, taus, pact)
     if method.elementwise or base.dim() == 2:
         return method.merge(name, taus, params)
     return mean_task_vector(taus, name)

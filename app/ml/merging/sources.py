@@ -46,7 +46,7 @@ class TensorSource(Protocol):
         ...
 
     def get(self, name: str) -> Tensor:
-        """The tensor called `name` (a fresh tensor the caller may free)."""
+        """The tensor called `name`. It may share memory with the source: callers never modify it in place."""
         ...
 
 

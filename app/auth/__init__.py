@@ -1,0 +1,1 @@
+"""API keys: hashed storage, roles (developer, user, admin), expiry and revocation."""

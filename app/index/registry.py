@@ -1,0 +1,283 @@
+"""One FAISS ``SpecIndex`` per spec space, kept in step with the database.
+
+The database is the truth: a learnware enters its space's index when it becomes ready and
+leaves it when deleted. Each such change bumps ``spec_spaces.index_version`` and stamps the
+learnware's ``index_seq`` with the new version, in the same transaction. A process holding an
+index compares its version with the database before it searches and applies only the rows
+stamped since (``sync``), so API processes and workers see new learnwares without a restart.
+
+Index files (``<index_dir>/<space>/<epoch>-v<version>.faiss``) are a cache: a process starts
+from the newest file of its database's epoch and applies what changed since; without a file it
+rebuilds from the specs in the database.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from app.api.errors import NotFound
+from app.db.models import Learnware, LearnwareStatus, Spec, SpecSpaceRecord
+from app.db.session import Database
+from app.ml.identify import Match, SpecIndex
+
+log = logging.getLogger(__name__)
+
+_FILE = re.compile(r"^(?P<epoch>[0-9a-f]+)-v(?P<version>\d+)\.faiss$")
+_BATCH = 1000
+
+
+def bump_index_version(session: Session, space_id: str) -> int:
+    """Reserve the next index version of a space (row-locked until the caller commits)."""
+    session.execute(
+        update(SpecSpaceRecord)
+        .where(SpecSpaceRecord.id == space_id)
+        .values(index_version=SpecSpaceRecord.index_version + 1)
+        .execution_options(synchronize_session=False)
+    )
+    version = session.scalar(select(SpecSpaceRecord.index_version).where(SpecSpaceRecord.id == space_id))
+    if version is None:
+        raise NotFound(f"no spec space {space_id}")
+    return int(version)
+
+
+def vector_from_bytes(blob: bytes, dim: int) -> np.ndarray:
+    arr = np.frombuffer(blob, dtype="<f4")
+    if arr.shape[0] != dim:
+        raise ValueError(f"stored spec has {arr.shape[0]} values, space needs {dim}")
+    return arr
+
+
+@dataclass
+class IndexInfo:
+    space_id: str
+    size: int
+    version: int
+    source: str
+    """Where the index came from at load: "file", "rebuilt" or "empty"."""
+
+
+class LiveIndex:
+    """A space's index in this process, with the database version it reflects."""
+
+    def __init__(self, space_id: str, dim: int, epoch: str):
+        self.space_id = space_id
+        self.dim = dim
+        self.epoch = epoch
+        self.index = SpecIndex(space_id, dim)
+        self.version = 0
+        self.source = "empty"
+        self.lock = threading.Lock()
+        self.saved_version = -1
+        self.saved_at = 0.0
+
+
+class IndexRegistry:
+    """The indexes of this process. ``persist``: write index files (API processes do)."""
+
+    def __init__(self, db: Database, index_dir: Path, *, persist: bool, save_interval_s: float = 10.0):
+        self.db = db
+        self.index_dir = Path(index_dir)
+        self.persist = persist
+        self.save_interval_s = save_interval_s
+        self._live: dict[str, LiveIndex] = {}
+        self._lock = threading.Lock()
+
+    # -- loading ----------------------------------------------------------------------------
+
+    def _space(self, session: Session, space_id: str) -> SpecSpaceRecord:
+        record = session.get(SpecSpaceRecord, space_id)
+        if record is None:
+            raise NotFound(f"no spec space {space_id}")
+        return record
+
+    def _folder(self, space_id: str) -> Path:
+        return self.index_dir / space_id
+
+    def _files(self, space_id: str, epoch: str) -> list[tuple[int, Path]]:
+        folder = self._folder(space_id)
+        if not folder.is_dir():
+            return []
+        found = []
+        for path in folder.iterdir():
+            m = _FILE.match(path.name)
+            if m and m["epoch"] == epoch:
+                found.append((int(m["version"]), path))
+        return sorted(found)
+
+    def live(self, space_id: str) -> LiveIndex:
+        """This process's index of a space, loaded on first use and synced with the database."""
+        with self._lock:
+            live = self._live.get(space_id)
+            if live is None:
+                live = self._load(space_id)
+                self._live[space_id] = live
+        self.sync(live)
+        return live
+
+    def _load(self, space_id: str) -> LiveIndex:
+        with self.db.session() as session:
+            record = self._space(session, space_id)
+            dim, epoch, db_version = record.dim, _epoch(record), record.index_version
+        live = LiveIndex(space_id, dim, epoch)
+        for version, path in reversed(self._files(space_id, epoch)):
+            if version > db_version:
+                continue
+            try:
+                live.index = SpecIndex.load(path, space_id, dim)
+            except Exception as exc:  # a damaged cache file: fall back to the next, then the DB
+                log.warning("index file %s unreadable (%s); trying older or rebuilding", path, exc)
+                continue
+            live.version, live.source, live.saved_version = version, "file", version
+            log.info("index %s: %d specs from %s", space_id, len(live.index), path.name)
+            return live
+        if db_version > 0:
+            self._rebuild_into(live)
+            live.source = "rebuilt"
+        return live
+
+    # -- keeping in step ------------------------------------------------------------------------
+
+    def sync(self, live: LiveIndex) -> bool:
+        """Apply the learnwares stamped after this index's version; True if anything changed."""
+        with self.db.session() as session:
+            db_version = session.scalar(
+                select(SpecSpaceRecord.index_version).where(SpecSpaceRecord.id == live.space_id)
+            )
+            if db_version is None or db_version == live.version:
+                return False
+            with live.lock:
+                if db_version < live.version:
+                    log.warning("index %s is ahead of the database (reset?); rebuilding", live.space_id)
+                    self._rebuild_into(live, session)
+                    live.source = "rebuilt"
+                    changed = True
+                else:
+                    changed = self._apply_changes(session, live, live.version)
+                live.version = max(live.version, int(db_version))
+        if changed or live.saved_version < 0:
+            self.maybe_save(live)
+        return changed
+
+    def _apply_changes(self, session: Session, live: LiveIndex, since: int) -> bool:
+        rows = session.execute(
+            select(Learnware.id, Learnware.status, Spec.vector)
+            .outerjoin(Spec, Spec.id == Learnware.spec_id)
+            .where(Learnware.space_id == live.space_id, Learnware.index_seq > since)
+            .order_by(Learnware.id)
+        ).all()
+        add_ids: list[int] = []
+        add_vecs: list[np.ndarray] = []
+        remove_ids: list[int] = []
+        for lw_id, status, blob in rows:
+            if status == LearnwareStatus.ready and blob is not None:
+                add_ids.append(int(lw_id))
+                add_vecs.append(vector_from_bytes(blob, live.dim))
+            else:
+                remove_ids.append(int(lw_id))
+        if remove_ids:
+            live.index.remove(remove_ids)
+        for start in range(0, len(add_ids), _BATCH):
+            live.index.add(add_ids[start : start + _BATCH], np.stack(add_vecs[start : start + _BATCH]))
+        return bool(rows)
+
+    def _rebuild_into(self, live: LiveIndex, session: Session | None = None) -> None:
+        if session is None:
+            with self.db.session() as own:
+                self._rebuild_into(live, own)
+            return
+        version = session.scalar(
+            select(SpecSpaceRecord.index_version).where(SpecSpaceRecord.id == live.space_id)
+        )
+        fresh = SpecIndex(live.space_id, live.dim)
+        query = (
+            select(Learnware.id, Spec.vector)
+            .join(Spec, Spec.id == Learnware.spec_id)
+            .where(Learnware.space_id == live.space_id, Learnware.status == LearnwareStatus.ready)
+            .order_by(Learnware.id)
+            .execution_options(yield_per=_BATCH)
+        )
+        ids: list[int] = []
+        vecs: list[np.ndarray] = []
+        for lw_id, blob in session.execute(query):
+            ids.append(int(lw_id))
+            vecs.append(vector_from_bytes(blob, live.dim))
+            if len(ids) == _BATCH:
+                fresh.add(ids, np.stack(vecs))
+                ids, vecs = [], []
+        if ids:
+            fresh.add(ids, np.stack(vecs))
+        live.index = fresh
+        live.version = int(version or 0)
+
+    def rebuild(self, space_id: str) -> IndexInfo:
+        """Rebuild a space's index from the database and write its file."""
+        with self._lock:
+            live = self._live.get(space_id) or self._load(space_id)
+            self._live[space_id] = live
+        with live.lock:
+            self._rebuild_into(live)
+            live.source = "rebuilt"
+        self.save(live)
+        return self.info(live)
+
+    # -- searching and saving ----------------------------------------------------------------
+
+    def search(
+        self, space_id: str, query: np.ndarray, k: int, *, exclude: set[int] | None = None
+    ) -> tuple[list[Match], int]:
+        """Top-``k`` learnware ids by cosine and the index version searched."""
+        live = self.live(space_id)
+        return live.index.search(query, k, space_id=space_id, exclude=exclude), live.version
+
+    def maybe_save(self, live: LiveIndex) -> None:
+        if self.persist and time.monotonic() - live.saved_at >= self.save_interval_s:
+            self.save(live)
+
+    def save(self, live: LiveIndex) -> Path | None:
+        """Write this index as ``<epoch>-v<version>.faiss`` (atomically) and drop older files."""
+        if live.saved_version == live.version and live.saved_at:
+            return None
+        folder = self._folder(live.space_id)
+        path = folder / f"{live.epoch}-v{live.version}.faiss"
+        with live.lock:
+            live.index.save(path)
+            version = live.version
+        live.saved_version, live.saved_at = version, time.monotonic()
+        for old_version, old in self._files(live.space_id, live.epoch):
+            if old_version < version:
+                old.unlink(missing_ok=True)
+        for stray in folder.iterdir():
+            m = _FILE.match(stray.name)
+            if m and m["epoch"] != live.epoch:
+                stray.unlink(missing_ok=True)
+        return path
+
+    def save_all(self) -> None:
+        for live in list(self._live.values()):
+            if live.saved_version != live.version:
+                self.save(live)
+
+    def info(self, live: LiveIndex) -> IndexInfo:
+        return IndexInfo(live.space_id, len(live.index), live.version, live.source)
+
+    def loaded_info(self, space_id: str) -> IndexInfo | None:
+        live = self._live.get(space_id)
+        return self.info(live) if live else None
+
+    def loaded(self) -> Sequence[IndexInfo]:
+        return [self.info(live) for live in self._live.values()]
+
+
+def _epoch(record: SpecSpaceRecord) -> str:
+    """Index files belong to one database: the space row's creation time names that database."""
+    return format(int(record.created_at.timestamp() * 1e6), "x")

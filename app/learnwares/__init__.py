@@ -1,0 +1,1 @@
+"""Learnwares: submission, listing, download and deletion; the validate → spec → index pipeline."""

@@ -1,0 +1,151 @@
+"""Learnware endpoints: submit (developers), list, read, download, delete (owner or admin), review."""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated
+
+from fastapi import APIRouter, File, Query, UploadFile
+from fastapi.responses import StreamingResponse
+
+from app.api.deps import RuntimeDep, SessionDep
+from app.api.uploads import saved_upload
+from app.auth.dependencies import AdminKey, CurrentKey, DeveloperKey
+from app.db.models import LearnwareStatus
+from app.learnwares import repository, service
+from app.learnwares.schemas import LearnwareRead, LearnwareSubmitted, Page, Pagination, ReviewDecision
+
+router = APIRouter(tags=["learnwares"])
+
+
+@router.post("/v1/learnwares", response_model=LearnwareSubmitted, status_code=202)
+def submit_learnware(
+    runtime: RuntimeDep,
+    session: SessionDep,
+    key: DeveloperKey,
+    package: Annotated[UploadFile, File(description="the learnware package zip (learnware.yaml + model)")],
+    spec: Annotated[
+        UploadFile | None,
+        File(description="optional: a spec computed locally (PaveSpec.save's .safetensors file)"),
+    ] = None,
+) -> LearnwareSubmitted:
+    """Submit a learnware package; it is checked now and validated, specified and indexed by a job."""
+    settings = runtime.settings
+    with (
+        saved_upload(
+            package,
+            settings.scratch_dir,
+            max_bytes=settings.max_upload_bytes,
+            what="package",
+            filename="package.zip",
+        ) as zip_path,
+        saved_upload(
+            spec,
+            settings.scratch_dir,
+            max_bytes=settings.max_spec_upload_bytes,
+            what="spec",
+            filename="spec.safetensors",
+        ) as spec_path,
+    ):
+        assert zip_path is not None
+        learnware, job = service.submit(session, runtime, key, zip_path, spec_path)
+        return LearnwareSubmitted(
+            learnware_id=learnware.id,
+            job_id=job.id,
+            status=learnware.status,
+            spec_uploaded=learnware.uploaded_spec_id is not None,
+        )
+
+
+@router.get("/v1/learnwares", response_model=Page[LearnwareRead])
+def list_learnwares(
+    key: CurrentKey,
+    session: SessionDep,
+    status: LearnwareStatus | None = None,
+    mine: Annotated[bool, Query(description="only learnwares of this key")] = False,
+    task_type: str | None = None,
+    model_format: str | None = None,
+    tag: str | None = None,
+    q: Annotated[str | None, Query(max_length=200, description="text in the name or description")] = None,
+    space_id: str | None = None,
+    page: Annotated[int, Query(ge=1)] = 1,
+    limit: Annotated[int, Query(ge=1, le=200)] = 20,
+) -> Page[LearnwareRead]:
+    """Ready learnwares (and your own in any state; admins see all), newest first."""
+    rows, total = repository.search(
+        session,
+        key,
+        status=status,
+        mine=mine,
+        task_type=task_type,
+        model_format=model_format,
+        tag=tag,
+        q=q,
+        space_id=space_id,
+        offset=(page - 1) * limit,
+        limit=limit,
+    )
+    return Page[LearnwareRead](
+        items=[LearnwareRead.model_validate(r) for r in rows],
+        pagination=Pagination(
+            total_count=total, page=page, limit=limit, max_page=max(1, math.ceil(total / limit))
+        ),
+    )
+
+
+@router.get("/v1/learnwares/{learnware_id}", response_model=LearnwareRead)
+def get_learnware(learnware_id: int, key: CurrentKey, session: SessionDep) -> LearnwareRead:
+    """One learnware: manifest fields, status (with the reason when refused), validation log."""
+    return LearnwareRead.model_validate(service.get_visible(session, key, learnware_id))
+
+
+@router.get(
+    "/v1/learnwares/{learnware_id}/package",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"application/zip": {}}, "description": "the package zip"}},
+)
+def download_package(
+    learnware_id: int, key: CurrentKey, session: SessionDep, runtime: RuntimeDep
+) -> StreamingResponse:
+    """Download the learnware's package zip (its sha256 is in the ``X-Content-SHA256`` header)."""
+    learnware = service.get_visible(session, key, learnware_id)
+    stream = runtime.store.open(learnware.package_sha256)
+
+    def chunks() -> object:
+        try:
+            while chunk := stream.read(1 << 20):
+                yield chunk
+        finally:
+            stream.close()
+
+    return StreamingResponse(
+        chunks(),  # type: ignore[arg-type]
+        media_type="application/zip",
+        headers={
+            "Content-Disposition": f'attachment; filename="learnware-{learnware.id}.zip"',
+            "Content-Length": str(learnware.package_size),
+            "X-Content-SHA256": learnware.package_sha256,
+        },
+    )
+
+
+@router.delete("/v1/learnwares/{learnware_id}", response_model=LearnwareRead)
+def delete_learnware(
+    learnware_id: int, key: CurrentKey, session: SessionDep, runtime: RuntimeDep
+) -> LearnwareRead:
+    """Delete a learnware (its owner or an admin): it leaves the index at once."""
+    return LearnwareRead.model_validate(service.delete(session, runtime, key, learnware_id))
+
+
+@router.post("/v1/admin/learnwares/{learnware_id}/approve", response_model=LearnwareRead)
+def approve_learnware(learnware_id: int, admin: AdminKey, session: SessionDep) -> LearnwareRead:
+    """Approve a learnware awaiting review: it is indexed (admin only)."""
+    return LearnwareRead.model_validate(service.approve(session, admin, learnware_id))
+
+
+@router.post("/v1/admin/learnwares/{learnware_id}/reject", response_model=LearnwareRead)
+def reject_learnware(
+    learnware_id: int, body: ReviewDecision, admin: AdminKey, session: SessionDep
+) -> LearnwareRead:
+    """Reject a learnware awaiting review, with a reason (admin only)."""
+    return LearnwareRead.model_validate(service.reject(session, admin, learnware_id, body.reason))

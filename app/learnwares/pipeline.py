@@ -1,0 +1,278 @@
+"""A learnware's way from submitted to indexed, as job stages run by workers.
+
+1. ``validate`` (cpu queue): extract the stored package again, load it with the runner of its
+   format (no uploaded code runs) and predict on its declared inputs; the predictions are stored.
+2. ``fit_spec`` (gpu queue): keep the developer's spec after checking it, or fit the spec to the
+   model's own predictions (``fit_pave_spec(kind="model")``); then mark the learnware ready and
+   stamp it into its space's index (or leave it awaiting review).
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sqlalchemy import update
+from sqlalchemy.orm import Session
+
+from app.db.base import utcnow
+from app.db.models import Learnware, LearnwareStatus, Spec, SpecKind, SpecSource, SpecSpaceRecord
+from app.index.registry import bump_index_version, vector_from_bytes
+from app.jobs import service as jobs
+from app.jobs.runner import JobContext
+from app.jobs.stages import FIT_LEARNWARE_SPEC
+from app.learnwares.service import package_limits, spec_row
+from app.ml.errors import IncompatibleSpec, InvalidPackage
+from app.ml.packages import LearnwarePackage, extract_package
+from app.spec_spaces.service import check_spec
+
+_PREDICT_BATCH = 64
+
+
+def _learnware(session: Session, ctx: JobContext) -> Learnware:
+    assert ctx.learnware_id is not None, "a learnware job without a learnware"
+    learnware = session.get(Learnware, ctx.learnware_id)
+    if learnware is None:
+        raise InvalidPackage(f"learnware {ctx.learnware_id} no longer exists")
+    return learnware
+
+
+@contextmanager
+def _extracted(ctx: JobContext, sha256: str) -> Iterator[LearnwarePackage]:
+    settings = ctx.runtime.settings
+    settings.scratch_dir.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f"job-{ctx.claim.job_id}-", dir=settings.scratch_dir))
+    try:
+        zip_path = ctx.runtime.store.fetch(sha256, scratch / "package.zip")
+        yield extract_package(zip_path, scratch / "package", package_limits(settings))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    """What a stage needs of its learnware, read in one short transaction."""
+
+    id: int
+    package_sha256: str
+    predictions_sha256: str | None
+    label_names: list[str]
+    space_id: str
+    space_dim: int
+    space_config: dict[str, Any]
+    uploaded_vector: np.ndarray | None
+
+
+def _begin(ctx: JobContext, status: LearnwareStatus) -> _Snapshot | None:
+    """Mark the learnware as being in ``status``; None (and the job done) if it was deleted."""
+    with ctx.runtime.db.session() as session:
+        learnware = _learnware(session, ctx)
+        if learnware.status == LearnwareStatus.deleted:
+            jobs.succeed(
+                session,
+                ctx.claim,
+                result={"learnware_id": learnware.id},
+                message="learnware was deleted; nothing to do",
+            )
+            return None
+        learnware.status = status
+        record = session.get(SpecSpaceRecord, learnware.space_id)
+        assert record is not None
+        uploaded = session.get(Spec, learnware.uploaded_spec_id) if learnware.uploaded_spec_id else None
+        return _Snapshot(
+            id=learnware.id,
+            package_sha256=learnware.package_sha256,
+            predictions_sha256=learnware.predictions_sha256,
+            label_names=list(learnware.label_names),
+            space_id=record.id,
+            space_dim=record.dim,
+            space_config=dict(record.config),
+            uploaded_vector=check_spec(
+                vector_from_bytes(uploaded.vector, record.dim), record, uploaded.space_id
+            )
+            if uploaded
+            else None,
+        )
+
+
+def validate(ctx: JobContext) -> None:
+    """Run the model on its declared inputs; store the predictions for the spec stage."""
+    from app.ml.runners import load_runner  # torch-heavy: only in workers
+
+    settings = ctx.runtime.settings
+    snap = _begin(ctx, LearnwareStatus.validating)
+    if snap is None:
+        return
+    ctx.progress(0.02, "extracting the package", force=True)
+    with _extracted(ctx, snap.package_sha256) as package:
+        manifest = package.manifest
+        started = time.perf_counter()
+        runner = load_runner(package)
+        if list(runner.label_names) != list(manifest.label_names):
+            raise InvalidPackage(
+                f"the model's label names {runner.label_names} differ from the manifest's {manifest.label_names}"
+            )
+        ctx.log(f"loaded the {manifest.model_format} model in {time.perf_counter() - started:.1f} s")
+        texts = package.inputs[: settings.validation_inputs]
+        labels: list[np.ndarray] = []
+        probs: list[np.ndarray] = []
+        started = time.perf_counter()
+        for start in range(0, len(texts), _PREDICT_BATCH):
+            batch = runner.predict(texts[start : start + _PREDICT_BATCH])
+            labels.append(batch.labels)
+            if batch.probs is not None:
+                probs.append(batch.probs)
+            done = min(len(texts), start + _PREDICT_BATCH)
+            ctx.progress(
+                0.05 + 0.3 * done / len(texts), f"running the model on its inputs ({done}/{len(texts)})"
+            )
+        seconds = time.perf_counter() - started
+    all_labels = np.concatenate(labels)
+    all_probs = np.concatenate(probs) if len(probs) == len(labels) else None
+    if all_probs is not None and not np.all(np.isfinite(all_probs)):
+        raise InvalidPackage("the model returns non-finite probabilities on its declared inputs")
+    counts = Counter(int(c) for c in all_labels)
+    spread = ", ".join(f"{snap.label_names[c]}: {n}" for c, n in sorted(counts.items()))
+    if len(counts) < 2:
+        raise InvalidPackage(
+            f"the model predicts a single class ({spread}) on its {len(texts)} declared inputs: "
+            "its spec needs inputs on which it predicts at least two classes"
+        )
+    buffer = io.BytesIO()
+    arrays = {"labels": all_labels} if all_probs is None else {"labels": all_labels, "probs": all_probs}
+    np.savez(buffer, allow_pickle=False, **arrays)
+    predictions_sha = ctx.runtime.store.put_bytes(buffer.getvalue())
+    lines = [
+        f"ran the model on {len(texts)} declared inputs in {seconds:.1f} s "
+        f"({'probabilities' if all_probs is not None else 'labels only'})",
+        f"predicted classes: {spread}",
+    ]
+    ctx.log(*lines)
+    with ctx.runtime.db.session() as session:
+        learnware = _learnware(session, ctx)
+        if learnware.status == LearnwareStatus.deleted:
+            jobs.succeed(
+                session, ctx.claim, result={"learnware_id": snap.id}, message="learnware was deleted"
+            )
+            return
+        learnware.status = LearnwareStatus.fitting
+        learnware.predictions_sha256 = predictions_sha
+        learnware.validation_log = [*learnware.validation_log, "validated: " + lines[0], lines[1]]
+        jobs.advance(session, ctx.claim, FIT_LEARNWARE_SPEC, progress=0.4, message="validated")
+
+
+def _load_predictions(ctx: JobContext, sha256: str) -> np.ndarray:
+    with np.load(io.BytesIO(ctx.runtime.store.get_bytes(sha256)), allow_pickle=False) as data:
+        return np.asarray(data["probs"] if "probs" in data.files else data["labels"])
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def _fit(ctx: JobContext, snap: _Snapshot) -> tuple[np.ndarray, dict[str, Any]]:
+    """Fit the model vector to the learnware's own predictions on its declared inputs."""
+    from app.ml.pave import fit_pave_spec
+    from app.ml.spec_space import config_from_dict, load_space
+
+    if snap.predictions_sha256 is None:
+        raise InvalidPackage("the learnware has no stored predictions: its validation did not finish")
+    ctx.progress(0.42, "loading the spec space", force=True)
+    space = load_space(config_from_dict(snap.space_config))
+    if space.id != snap.space_id:
+        raise IncompatibleSpec(
+            f"this worker's space is {space.id}, the learnware's is {snap.space_id} (another base?)"
+        )
+    targets = _load_predictions(ctx, snap.predictions_sha256)
+    with _extracted(ctx, snap.package_sha256) as package:
+        texts = package.inputs[: min(ctx.runtime.settings.spec_fit_inputs, len(targets))]
+    spec = fit_pave_spec(
+        space,
+        texts,
+        targets[: len(texts)],
+        snap.label_names,
+        kind="model",
+        progress=ctx.scaled(0.45, 0.95, "fitting the spec"),
+    )
+    return spec.vector, spec.meta
+
+
+def fit_spec(ctx: JobContext) -> None:
+    """Keep a checked developer spec or fit one; then index the learnware (or await review)."""
+    settings = ctx.runtime.settings
+    snap = _begin(ctx, LearnwareStatus.fitting)
+    if snap is None:
+        return
+    computed: Spec | None = None
+    if snap.uploaded_vector is not None and not settings.recompute_uploaded_specs:
+        lines = ["kept the developer's spec: space, shape and values checked"]
+    else:
+        vector, meta = _fit(ctx, snap)
+        computed = spec_row(snap.space_id, vector, kind=SpecKind.model, source=SpecSource.computed, meta=meta)
+        lines = [
+            f"fitted the spec on {meta['n_examples']} inputs to the model's own predictions in {meta['seconds']} s"
+        ]
+        if snap.uploaded_vector is not None:
+            agreement = _cosine(snap.uploaded_vector, vector)
+            lines.append(f"the developer's spec agrees with the recomputed one: cosine {agreement:.3f}")
+    ctx.log(*lines)
+    await_review = settings.review_required
+    status = LearnwareStatus.awaiting_review if await_review else LearnwareStatus.ready
+    with ctx.runtime.db.session() as session:
+        learnware = _learnware(session, ctx)
+        if computed is not None:
+            session.add(computed)
+            session.flush()
+        spec_id = computed.id if computed is not None else learnware.uploaded_spec_id
+        now = utcnow()
+        moved = session.execute(
+            update(Learnware)
+            .where(Learnware.id == learnware.id, Learnware.status == LearnwareStatus.fitting)
+            .values(
+                status=status,
+                spec_id=spec_id,
+                spec_recomputed=computed is not None,
+                ready_at=None if await_review else now,
+                validation_log=[*learnware.validation_log, *lines],
+                updated_at=now,
+            )
+            .execution_options(synchronize_session=False)
+        )
+        if getattr(moved, "rowcount", 0) != 1:  # deleted (or moved on) meanwhile: never index it
+            session.refresh(learnware)
+            jobs.succeed(
+                session,
+                ctx.claim,
+                result={"learnware_id": learnware.id, "status": learnware.status.value},
+                message=f"learnware is {learnware.status.value}; not indexed",
+            )
+            return
+        if not await_review:
+            version = bump_index_version(session, snap.space_id)
+            session.execute(
+                update(Learnware)
+                .where(Learnware.id == learnware.id)
+                .values(index_seq=version)
+                .execution_options(synchronize_session=False)
+            )
+        jobs.succeed(
+            session,
+            ctx.claim,
+            result={
+                "learnware_id": learnware.id,
+                "status": status.value,
+                "spec_id": spec_id,
+                "space_id": snap.space_id,
+                "spec_recomputed": computed is not None,
+            },
+            message="awaiting an admin's review" if await_review else "ready and indexed",
+        )

@@ -1,0 +1,111 @@
+"""Queries on learnwares."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import ColumnElement, func, or_, select
+from sqlalchemy.orm import Session
+
+from app.db.models import ApiKey, Job, JobState, Learnware, LearnwareStatus, Role
+
+
+def get(session: Session, learnware_id: int) -> Learnware | None:
+    return session.get(Learnware, learnware_id)
+
+
+def visible_to(key: ApiKey) -> ColumnElement[bool]:
+    """Ready learnwares for everyone; an owner also sees their own in any state; admins all."""
+    if key.role == Role.admin:
+        return Learnware.status != LearnwareStatus.deleted
+    return or_(
+        Learnware.status == LearnwareStatus.ready,
+        (Learnware.owner_id == key.id) & (Learnware.status != LearnwareStatus.deleted),
+    )
+
+
+def search(
+    session: Session,
+    key: ApiKey,
+    *,
+    status: LearnwareStatus | None,
+    mine: bool,
+    task_type: str | None,
+    model_format: str | None,
+    tag: str | None,
+    q: str | None,
+    space_id: str | None,
+    offset: int,
+    limit: int,
+) -> tuple[Sequence[Learnware], int]:
+    query = select(Learnware).where(visible_to(key))
+    if status is not None:
+        query = query.where(Learnware.status == status)
+    if mine:
+        query = query.where(Learnware.owner_id == key.id)
+    if task_type:
+        query = query.where(Learnware.task_type == task_type)
+    if model_format:
+        query = query.where(Learnware.model_format == model_format)
+    if space_id:
+        query = query.where(Learnware.space_id == space_id)
+    if q:
+        pattern = f"%{q.lower()}%"
+        query = query.where(
+            or_(func.lower(Learnware.name).like(pattern), func.lower(Learnware.description).like(pattern))
+        )
+    rows: Sequence[Learnware]
+    if tag:
+        # Tags are a JSON list: filter in Python after the SQL filters (portable across backends).
+        all_rows = session.scalars(query.order_by(Learnware.id.desc())).all()
+        matching = [r for r in all_rows if tag in (r.tags or [])]
+        return matching[offset : offset + limit], len(matching)
+    total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
+    rows = session.scalars(query.order_by(Learnware.id.desc()).offset(offset).limit(limit)).all()
+    return rows, int(total)
+
+
+def ready_by_ids(session: Session, ids: Sequence[int]) -> dict[int, Learnware]:
+    if not ids:
+        return {}
+    rows = session.scalars(
+        select(Learnware).where(Learnware.id.in_(list(ids)), Learnware.status == LearnwareStatus.ready)
+    ).all()
+    return {r.id: r for r in rows}
+
+
+def duplicate_of(session: Session, owner_id: int, package_sha256: str) -> Learnware | None:
+    return session.scalar(
+        select(Learnware).where(
+            Learnware.owner_id == owner_id,
+            Learnware.package_sha256 == package_sha256,
+            Learnware.status.not_in(
+                (LearnwareStatus.deleted, LearnwareStatus.rejected, LearnwareStatus.failed)
+            ),
+        )
+    )
+
+
+def package_in_use(session: Session, package_sha256: str, *, except_id: int) -> bool:
+    return (
+        session.scalar(
+            select(Learnware.id).where(
+                Learnware.package_sha256 == package_sha256,
+                Learnware.id != except_id,
+                Learnware.status != LearnwareStatus.deleted,
+            )
+        )
+        is not None
+    )
+
+
+def open_jobs(session: Session, learnware_id: int) -> Sequence[Job]:
+    return session.scalars(
+        select(Job).where(
+            Job.learnware_id == learnware_id, Job.state.in_((JobState.queued, JobState.running))
+        )
+    ).all()
+
+
+def latest_job_id(session: Session, learnware_id: int) -> int | None:
+    return session.scalar(select(func.max(Job.id)).where(Job.learnware_id == learnware_id))

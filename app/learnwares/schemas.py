@@ -1,0 +1,63 @@
+"""Learnware bodies."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.db.models import LearnwareStatus
+
+T = TypeVar("T")
+
+
+class Pagination(BaseModel):
+    total_count: int
+    page: int
+    limit: int
+    max_page: int
+
+
+class Page(BaseModel, Generic[T]):
+    items: list[T]
+    pagination: Pagination
+
+
+class LearnwareRead(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    name: str
+    description: str
+    tags: list[str]
+    task_type: str
+    label_names: list[str]
+    model_format: str
+    base_model: str | None
+    license: str | None
+    status: LearnwareStatus
+    status_reason: str | None
+    owner_id: int | None
+    package_sha256: str
+    package_size: int
+    space_id: str
+    spec_id: int | None
+    spec_recomputed: bool | None = Field(
+        description="true: the dock fitted the spec; false: the developer's uploaded spec was verified and kept"
+    )
+    validation_log: list[str]
+    created_at: datetime
+    updated_at: datetime
+    ready_at: datetime | None
+
+
+class LearnwareSubmitted(BaseModel):
+    learnware_id: int
+    job_id: int
+    status: LearnwareStatus
+    spec_uploaded: bool
+
+
+class ReviewDecision(BaseModel):
+    reason: str | None = Field(default=None, max_length=2000)

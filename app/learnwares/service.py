@@ -1,0 +1,206 @@
+"""Learnware operations behind the endpoints: submit, read, download, delete, review.
+
+A submission is checked in the request (zip safety, manifest, layout, an uploaded spec's space,
+shape and values), so every bad package is refused with its reason before anything is stored.
+Running the model and fitting the spec happen in the worker (``pipeline``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from sqlalchemy import update
+from sqlalchemy.orm import Session
+
+from app.api.errors import Conflict, Forbidden, NotFound
+from app.db.base import utcnow
+from app.db.models import ApiKey, Job, JobState, Learnware, LearnwareStatus, Role, Spec, SpecKind, SpecSource
+from app.db.session import on_commit
+from app.index.registry import bump_index_version
+from app.jobs import service as jobs
+from app.jobs.stages import VALIDATE_LEARNWARE
+from app.learnwares import repository
+from app.ml.errors import InvalidPackage
+from app.ml.packages import LearnwarePackage, PackageLimits, extract_package
+from app.runtime import Runtime
+from app.settings import Settings
+from app.spec_spaces import service as spaces
+from app.spec_spaces.service import UploadedSpec
+from app.storage.store import sha256_file
+
+INGEST = "learnware.ingest"
+
+
+def package_limits(settings: Settings) -> PackageLimits:
+    return PackageLimits(
+        max_total_bytes=settings.package_max_unpacked_bytes,
+        max_members=settings.package_max_members,
+        max_ratio=settings.package_max_ratio,
+    )
+
+
+def spec_row(
+    space_id: str, vector: np.ndarray, *, kind: SpecKind, source: SpecSource, meta: dict[str, object]
+) -> Spec:
+    blob = np.ascontiguousarray(vector, dtype="<f4").tobytes()
+    return Spec(
+        space_id=space_id,
+        kind=kind,
+        source=source,
+        dim=int(vector.shape[0]),
+        vector=blob,
+        sha256=hashlib.sha256(blob).hexdigest(),
+        meta=meta,
+    )
+
+
+def _check_package(runtime: Runtime, zip_path: Path) -> tuple[LearnwarePackage, UploadedSpec | None, Path]:
+    """Extract into a scratch folder (the caller removes it); refuse what the dock cannot run."""
+    scratch = Path(tempfile.mkdtemp(prefix="check-", dir=runtime.settings.scratch_dir))
+    try:
+        package = extract_package(zip_path, scratch / "package", package_limits(runtime.settings))
+        if not package.inputs:
+            raise InvalidPackage(
+                "the manifest declares no inputs: the dock runs the model on them to validate it "
+                "and to fit its spec (add a JSONL of {\"text\": ...} and name it in 'inputs')"
+            )
+        packaged_spec = None
+        if package.spec_stem is not None:
+            packaged_spec = spaces.read_spec_file(package.spec_stem.with_suffix(".safetensors"))
+        return package, packaged_spec, scratch
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+
+
+def submit(
+    session: Session, runtime: Runtime, owner: ApiKey, package_zip: Path, spec_file: Path | None
+) -> tuple[Learnware, Job]:
+    """Check a package (and an optional spec), store it, and queue its validation."""
+    package, packaged_spec, scratch = _check_package(runtime, package_zip)
+    try:
+        uploaded = spaces.read_spec_file(spec_file) if spec_file is not None else packaged_spec
+        space_id = (uploaded.space_id if uploaded and uploaded.space_id else None) or runtime.default_space_id
+        record = spaces.get_space(session, space_id)
+        vector = spaces.check_spec(uploaded.vector, record, uploaded.space_id) if uploaded else None
+        manifest = package.manifest
+        existing = repository.duplicate_of(session, owner.id, sha256_file(package_zip))
+        if existing is not None:
+            raise Conflict(
+                f"this package was already submitted as learnware {existing.id} ({existing.status.value})"
+            )
+        sha = runtime.store.put_file(package_zip)
+        uploaded_spec = None
+        if vector is not None and uploaded is not None:
+            uploaded_spec = spec_row(
+                record.id,
+                vector,
+                kind=SpecKind.model,
+                source=SpecSource.uploaded,
+                meta={"from": "request" if spec_file is not None else "package", **uploaded.meta},
+            )
+            session.add(uploaded_spec)
+            session.flush()
+        learnware = Learnware(
+            owner_id=owner.id,
+            status=LearnwareStatus.pending,
+            name=manifest.name,
+            description=manifest.description,
+            tags=list(manifest.tags),
+            task_type=manifest.task_type,
+            label_names=list(manifest.label_names),
+            model_format=manifest.model_format,
+            base_model=manifest.base_model,
+            license=manifest.license,
+            manifest=manifest.model_dump(mode="json"),
+            package_sha256=sha,
+            package_size=package_zip.stat().st_size,
+            space_id=record.id,
+            uploaded_spec_id=uploaded_spec.id if uploaded_spec else None,
+            validation_log=[
+                f"package accepted: {manifest.model_format}, {len(manifest.label_names)} labels, "
+                f"{len(package.inputs)} declared inputs"
+                + (", with the developer's spec" if uploaded_spec else "")
+            ],
+        )
+        session.add(learnware)
+        session.flush()
+        job = jobs.create_job(
+            session,
+            kind=INGEST,
+            first_stage=VALIDATE_LEARNWARE,
+            owner=owner,
+            max_attempts=runtime.settings.job_max_attempts,
+            learnware_id=learnware.id,
+            space_id=record.id,
+        )
+        return learnware, job
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def get_visible(session: Session, key: ApiKey, learnware_id: int) -> Learnware:
+    learnware = repository.get(session, learnware_id)
+    if learnware is None or learnware.status == LearnwareStatus.deleted:
+        raise NotFound(f"no learnware {learnware_id}")
+    if learnware.status != LearnwareStatus.ready and key.role != Role.admin and learnware.owner_id != key.id:
+        raise NotFound(f"no learnware {learnware_id}")
+    return learnware
+
+
+def _require_owner(key: ApiKey, learnware: Learnware, action: str) -> None:
+    if key.role != Role.admin and learnware.owner_id != key.id:
+        raise Forbidden(f"learnware {learnware.id} belongs to another developer; you cannot {action} it")
+
+
+def delete(session: Session, runtime: Runtime, key: ApiKey, learnware_id: int) -> Learnware:
+    """Delete (owner or admin): out of the index at once, its package removed once unused."""
+    learnware = get_visible(session, key, learnware_id)
+    _require_owner(key, learnware, "delete")
+    learnware.status = LearnwareStatus.deleted
+    learnware.status_reason = f"deleted by key {key.prefix}"
+    learnware.deleted_at = utcnow()
+    learnware.index_seq = bump_index_version(session, learnware.space_id)
+    for job in repository.open_jobs(session, learnware.id):
+        job.state = JobState.cancelled
+        job.finished_at = utcnow()
+        job.message = "cancelled: the learnware was deleted"
+    if not repository.package_in_use(session, learnware.package_sha256, except_id=learnware.id):
+        sha, store = learnware.package_sha256, runtime.store
+
+        def remove_package() -> None:
+            store.delete(sha)
+
+        on_commit(session, remove_package)
+    return learnware
+
+
+def approve(session: Session, key: ApiKey, learnware_id: int) -> Learnware:
+    """Index a learnware that waits for review (admin)."""
+    learnware = get_visible(session, key, learnware_id)
+    if learnware.status != LearnwareStatus.awaiting_review:
+        raise Conflict(f"learnware {learnware_id} is {learnware.status.value}, not awaiting review")
+    version = bump_index_version(session, learnware.space_id)
+    learnware.status = LearnwareStatus.ready
+    learnware.status_reason = f"approved by key {key.prefix}"
+    learnware.ready_at = utcnow()
+    learnware.index_seq = version
+    return learnware
+
+
+def reject(session: Session, key: ApiKey, learnware_id: int, reason: str | None) -> Learnware:
+    """Refuse a learnware that waits for review (admin)."""
+    learnware = get_visible(session, key, learnware_id)
+    if learnware.status != LearnwareStatus.awaiting_review:
+        raise Conflict(f"learnware {learnware_id} is {learnware.status.value}, not awaiting review")
+    session.execute(
+        update(Learnware)
+        .where(Learnware.id == learnware.id)
+        .values(status=LearnwareStatus.rejected, status_reason=reason or f"rejected by key {key.prefix}")
+    )
+    session.refresh(learnware)
+    return learnware

@@ -1,0 +1,174 @@
+"""The dock's one settings object. Every default serves the embedded mode on one machine.
+
+Production is configured by environment variables with the ``PAVEDOCK_`` prefix, for example
+``PAVEDOCK_DATABASE_URL=postgresql+psycopg2://…``, ``PAVEDOCK_BROKER_URL=redis://…``,
+``PAVEDOCK_STORAGE_BACKEND=s3``.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from app.ml.spec_space import SpecSpaceConfig, config_from_dict
+
+Environment = Literal["development", "testing", "production"]
+StorageBackend = Literal["local", "s3"]
+
+_DEFAULT_S3_SECRET = "change-me"
+
+
+def _default_datasets_dir() -> Path | None:
+    candidate = Path("../shared/datasets").resolve()
+    return candidate if candidate.is_dir() else None
+
+
+def _default_spaces() -> list[dict[str, Any]]:
+    return [{}]
+
+
+class Settings(BaseSettings):
+    """Configuration of the API, the workers and the CLI (env prefix ``PAVEDOCK_``)."""
+
+    model_config = SettingsConfigDict(env_prefix="PAVEDOCK_", env_file=".env", extra="ignore")
+
+    environment: Environment = "development"
+    data_dir: Path = Path("var")
+    """Root of the embedded mode's state: SQLite file, artifacts, indexes, broker folders."""
+
+    database_url: str = ""
+    """SQLAlchemy URL; empty means ``sqlite:///<data_dir>/dock.sqlite``."""
+    broker_url: str = ""
+    """Celery broker; empty means kombu's filesystem transport under ``<data_dir>/broker``."""
+
+    storage_backend: StorageBackend = "local"
+    artifacts_dir: Path | None = None
+    """Local artifact store; empty means ``<data_dir>/artifacts``."""
+    s3_bucket: str = ""
+    s3_prefix: str = "artifacts/"
+    s3_endpoint_url: str | None = None
+    s3_region: str | None = None
+    s3_access_key_id: str | None = None
+    s3_secret_access_key: str | None = None
+
+    index_dir: Path | None = None
+    """Persisted FAISS indexes, one file per spec space; empty means ``<data_dir>/index``."""
+    index_save_interval_s: float = 10.0
+    """An API process writes its index file at most this often (and at shutdown)."""
+
+    datasets_dir: Path | None = Field(default_factory=_default_datasets_dir)
+
+    spec_spaces: list[dict[str, Any]] = Field(default_factory=_default_spaces)
+    """Spec space configs (JSON), the first is the default; ``[{}]`` is the default MiniLM space."""
+
+    max_upload_bytes: int = 256 * 1024 * 1024
+    """Largest request body on upload routes (a package zip); refused with 413 while streaming."""
+    package_max_unpacked_bytes: int = 2 * 1024**3
+    package_max_ratio: float = 100.0
+    package_max_members: int = 2000
+    max_spec_upload_bytes: int = 4 * 1024 * 1024
+    max_task_examples: int = 1024
+    max_text_chars: int = 4000
+    spec_fit_inputs: int = 256
+    """A learnware's spec is fitted to its predictions on at most this many declared inputs."""
+    validation_inputs: int = 512
+    """Validation runs the model on at most this many declared inputs."""
+    recompute_uploaded_specs: bool = False
+    """Recompute a spec the developer uploaded (and log their agreement) instead of trusting it."""
+    review_required: bool = False
+    """Validated learnwares wait for an admin's approval before they are indexed."""
+    keep_task_examples: bool = False
+    """Keep a user's few-shot examples after their spec is computed (default: erase them)."""
+
+    job_max_attempts: int = 3
+    job_heartbeat_s: float = 5.0
+    job_stale_after_s: float = 60.0
+    """A running job without a heartbeat for this long is re-queued (or failed at max attempts)."""
+    job_redispatch_after_s: float = 600.0
+    """A queued job no worker claimed for this long is sent to the broker again."""
+    reaper_interval_s: float = 15.0
+
+    worker_concurrency: int = 1
+    worker_queues: str = "gpu,cpu"
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    cors_origins: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _refuse_default_secrets(self) -> Settings:
+        if self.environment == "development":
+            return self
+        if self.storage_backend == "s3" and self.s3_secret_access_key == _DEFAULT_S3_SECRET:
+            raise ValueError(
+                "PAVEDOCK_S3_SECRET_ACCESS_KEY is the placeholder 'change-me' outside development"
+            )
+        for url_name in ("database_url", "broker_url"):
+            url = getattr(self, url_name)
+            if ":changethis@" in url or ":change-me@" in url:
+                raise ValueError(
+                    f"PAVEDOCK_{url_name.upper()} holds a placeholder password outside development"
+                )
+        return self
+
+    @property
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{(self.data_dir / 'dock.sqlite').resolve()}"
+
+    @property
+    def resolved_broker_url(self) -> str:
+        return self.broker_url or "filesystem://"
+
+    @property
+    def broker_dir(self) -> Path:
+        return self.data_dir / "broker"
+
+    @property
+    def resolved_artifacts_dir(self) -> Path:
+        return self.artifacts_dir or self.data_dir / "artifacts"
+
+    @property
+    def scratch_dir(self) -> Path:
+        """Uploads and extracted packages while they are checked (same disk as the artifacts)."""
+        return self.data_dir / "tmp"
+
+    @property
+    def resolved_index_dir(self) -> Path:
+        return self.index_dir or self.data_dir / "index"
+
+    @property
+    def space_configs(self) -> list[SpecSpaceConfig]:
+        configs = [config_from_dict(c) for c in self.spec_spaces]
+        if not configs:
+            raise ValueError("PAVEDOCK_SPEC_SPACES must name at least one spec space")
+        return configs
+
+    def ensure_dirs(self) -> None:
+        """Create the embedded mode's folders (harmless in production)."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.resolved_index_dir.mkdir(parents=True, exist_ok=True)
+        self.scratch_dir.mkdir(parents=True, exist_ok=True)
+        if self.storage_backend == "local":
+            self.resolved_artifacts_dir.mkdir(parents=True, exist_ok=True)
+        if not self.broker_url:
+            for sub in ("queue", "processed", "control"):
+                (self.broker_dir / sub).mkdir(parents=True, exist_ok=True)
+
+    def public_summary(self) -> dict[str, Any]:
+        """What an operator may see (no secrets)."""
+        return json.loads(
+            self.model_dump_json(
+                include={"environment", "storage_backend", "review_required", "recompute_uploaded_specs"}
+            )
+        )
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process's settings (cached; tests build their own ``Settings`` and pass it on)."""
+    return Settings()

@@ -1,0 +1,90 @@
+"""A user task as job stages: fit its spec from the few shots (gpu queue), then rank (cpu)."""
+
+from __future__ import annotations
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+from app.db.base import utcnow
+from app.db.models import Spec, SpecKind, SpecSource, SpecSpaceRecord, TaskStatus, UserTask
+from app.index.registry import vector_from_bytes
+from app.jobs import service as jobs
+from app.jobs.runner import JobContext
+from app.learnwares.service import spec_row
+from app.ml.errors import IncompatibleSpec, InvalidInput
+from app.tasks.service import rank
+
+
+def _task(session: Session, ctx: JobContext) -> UserTask:
+    assert ctx.task_id is not None, "a task job without a task"
+    task = session.get(UserTask, ctx.task_id)
+    if task is None:
+        raise InvalidInput(f"task {ctx.task_id} no longer exists")
+    return task
+
+
+def fit_and_identify(ctx: JobContext) -> None:
+    """Fit the task spec to the user's labelled examples, erase them (unless kept), then rank."""
+    from app.ml.pave import fit_pave_spec
+    from app.ml.spec_space import config_from_dict, load_space
+
+    with ctx.runtime.db.session() as session:
+        task = _task(session, ctx)
+        if task.examples is None:
+            raise InvalidInput(f"task {task.id} has no examples left to fit a spec to")
+        task.status = TaskStatus.running
+        texts = list(task.examples["texts"])
+        labels = np.asarray(task.examples["labels"], dtype=np.int64)
+        label_names = list(task.label_names)
+        record = session.get(SpecSpaceRecord, task.space_id)
+        assert record is not None
+        config, space_id = record.config, record.id
+    ctx.progress(0.05, "loading the spec space", force=True)
+    space = load_space(config_from_dict(config))
+    if space.id != space_id:
+        raise IncompatibleSpec(f"this worker's space is {space.id}, the task's is {space_id} (another base?)")
+    spec = fit_pave_spec(
+        space, texts, labels, label_names, kind="task", progress=ctx.scaled(0.1, 0.8, "fitting the task spec")
+    )
+    ctx.log(f"fitted the task spec on {len(texts)} examples in {spec.meta['seconds']} s")
+    with ctx.runtime.db.session() as session:
+        task = _task(session, ctx)
+        row = spec_row(space_id, spec.vector, kind=SpecKind.task, source=SpecSource.computed, meta=spec.meta)
+        session.add(row)
+        session.flush()
+        task.spec_id = row.id
+        if not ctx.runtime.settings.keep_task_examples:
+            task.examples = None
+        _rank_and_finish(ctx, session, task, spec.vector)
+
+
+def identify(ctx: JobContext) -> None:
+    """Rank the learnwares against a task's stored spec."""
+    with ctx.runtime.db.session() as session:
+        task = _task(session, ctx)
+        spec = session.get(Spec, task.spec_id) if task.spec_id else None
+        if spec is None:
+            raise IncompatibleSpec(f"task {task.id} has no spec")
+        task.status = TaskStatus.running
+        _rank_and_finish(ctx, session, task, vector_from_bytes(spec.vector, spec.dim))
+
+
+def _rank_and_finish(ctx: JobContext, session: Session, task: UserTask, vector: np.ndarray) -> None:
+    ctx.progress(0.85, "ranking learnwares", force=True)
+    results, version = rank(session, ctx.runtime, task.space_id, vector, task.top_k)
+    task.results = results
+    task.index_version = version
+    task.status = TaskStatus.ready
+    task.identified_at = utcnow()
+    task.error = None
+    best = (
+        f"best: learnware {results[0]['learnware_id']} ({results[0]['score']:.3f})"
+        if results
+        else "no learnwares"
+    )
+    jobs.succeed(
+        session,
+        ctx.claim,
+        result={"task_id": task.id, "index_version": version, "matches": results},
+        message=f"ranked {len(results)} learnwares against index version {version}; {best}",
+    )

@@ -1,0 +1,182 @@
+"""User task operations: post a few-shot task or a task spec, read it (owner only), rank now."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+from app.api.errors import Forbidden, NotFound
+from app.db.models import ApiKey, Job, SpecKind, SpecSource, TaskStatus, UserTask
+from app.jobs import service as jobs
+from app.jobs.stages import FIT_TASK_SPEC, IDENTIFY_TASK
+from app.learnwares import repository as learnwares
+from app.learnwares.service import spec_row
+from app.ml.encoders import check_texts
+from app.ml.errors import InvalidInput
+from app.ml.head import check_label_names
+from app.runtime import Runtime
+from app.spec_spaces import service as spaces
+from app.tasks import repository
+from app.tasks.schemas import IdentifyResult, MatchRead, TaskCreate, TaskRead
+
+IDENTIFY = "task.identify"
+
+
+def _class_ids(labels: Sequence[int] | Sequence[str], names: list[str]) -> list[int]:
+    if all(isinstance(label, str) for label in labels):
+        index = {name: i for i, name in enumerate(names)}
+        unknown = sorted({str(label) for label in labels if label not in index})
+        if unknown:
+            raise InvalidInput(f"labels {unknown} are not among the label names {names}")
+        ids = [index[str(label)] for label in labels]
+    else:
+        ids = [int(label) for label in labels]
+        bad = sorted({i for i in ids if not 0 <= i < len(names)})
+        if bad:
+            raise InvalidInput(f"label ids {bad} are out of range for {len(names)} label names")
+    if len(set(ids)) < 2:
+        raise InvalidInput("the examples cover a single class: a task spec needs at least two")
+    return ids
+
+
+def create_few_shot(
+    session: Session, runtime: Runtime, owner: ApiKey, body: TaskCreate
+) -> tuple[UserTask, Job]:
+    """Check the examples now; a worker fits the task spec and ranks the learnwares."""
+    settings = runtime.settings
+    if len(body.texts) > settings.max_task_examples:
+        raise InvalidInput(f"{len(body.texts)} examples, over the limit of {settings.max_task_examples}")
+    texts = check_texts(body.texts)
+    too_long = [i for i, t in enumerate(texts) if len(t) > settings.max_text_chars]
+    if too_long:
+        raise InvalidInput(f"text {too_long[0]} has over {settings.max_text_chars} characters")
+    names = check_label_names(body.label_names)
+    ids = _class_ids(body.labels, names)
+    record = spaces.get_space(session, runtime.default_space_id)
+    task = UserTask(
+        owner_id=owner.id,
+        status=TaskStatus.pending,
+        label_names=names,
+        examples={"texts": texts, "labels": ids},
+        n_examples=len(texts),
+        space_id=record.id,
+        top_k=body.top_k,
+    )
+    session.add(task)
+    session.flush()
+    job = jobs.create_job(
+        session,
+        kind=IDENTIFY,
+        first_stage=FIT_TASK_SPEC,
+        owner=owner,
+        max_attempts=settings.job_max_attempts,
+        task_id=task.id,
+        space_id=record.id,
+    )
+    return task, job
+
+
+def create_from_spec(
+    session: Session, runtime: Runtime, owner: ApiKey, spec_file: Path, top_k: int, label_names: list[str]
+) -> tuple[UserTask, Job]:
+    """A task given as a spec computed on the user's machine: the examples never reach the dock."""
+    uploaded = spaces.read_spec_file(spec_file)
+    record = spaces.get_space(session, uploaded.space_id or runtime.default_space_id)
+    vector = spaces.check_spec(uploaded.vector, record, uploaded.space_id)
+    spec = spec_row(
+        record.id, vector, kind=SpecKind.task, source=SpecSource.uploaded, meta=dict(uploaded.meta)
+    )
+    session.add(spec)
+    session.flush()
+    task = UserTask(
+        owner_id=owner.id,
+        status=TaskStatus.pending,
+        label_names=label_names,
+        examples=None,
+        n_examples=0,
+        space_id=record.id,
+        spec_id=spec.id,
+        top_k=top_k,
+    )
+    session.add(task)
+    session.flush()
+    job = jobs.create_job(
+        session,
+        kind=IDENTIFY,
+        first_stage=IDENTIFY_TASK,
+        owner=owner,
+        max_attempts=runtime.settings.job_max_attempts,
+        task_id=task.id,
+        space_id=record.id,
+    )
+    return task, job
+
+
+def get_owned(session: Session, key: ApiKey, task_id: int) -> UserTask:
+    """A task is visible to the key that posted it alone (admins included: it is the user's data)."""
+    task = repository.get(session, task_id)
+    if task is None:
+        raise NotFound(f"no task {task_id}")
+    if task.owner_id != key.id:
+        raise Forbidden(f"task {task_id} belongs to another key; only its owner may read it")
+    return task
+
+
+def rank(
+    session: Session, runtime: Runtime, space_id: str, vector: np.ndarray, k: int
+) -> tuple[list[dict[str, Any]], int]:
+    """The top-``k`` ready learnwares for a spec, best first, and the index version searched."""
+    found, version = runtime.indexes.search(space_id, vector, k)
+    rows = learnwares.ready_by_ids(session, [m.id for m in found])
+    results: list[dict[str, Any]] = []
+    for match in found:
+        learnware = rows.get(match.id)
+        if learnware is None:  # deleted after the index was last synced
+            continue
+        results.append(
+            {
+                "rank": len(results) + 1,
+                "learnware_id": learnware.id,
+                "score": round(float(match.score), 6),
+                "name": learnware.name,
+                "task_type": learnware.task_type,
+                "model_format": learnware.model_format,
+                "label_names": list(learnware.label_names),
+                "tags": list(learnware.tags),
+            }
+        )
+    return results, version
+
+
+def identify_now(session: Session, runtime: Runtime, spec_file: Path, k: int) -> IdentifyResult:
+    """Rank learnwares for an uploaded spec in this request (nothing is stored)."""
+    uploaded = spaces.read_spec_file(spec_file)
+    record = spaces.get_space(session, uploaded.space_id or runtime.default_space_id)
+    vector = spaces.check_spec(uploaded.vector, record, uploaded.space_id)
+    results, version = rank(session, runtime, record.id, vector, k)
+    return IdentifyResult(
+        space_id=record.id, index_version=version, matches=[MatchRead.model_validate(r) for r in results]
+    )
+
+
+def to_read(session: Session, task: UserTask) -> TaskRead:
+    return TaskRead(
+        id=task.id,
+        status=task.status,
+        label_names=list(task.label_names),
+        n_examples=task.n_examples,
+        space_id=task.space_id,
+        top_k=task.top_k,
+        spec_id=task.spec_id,
+        job_id=repository.latest_job_id(session, task.id),
+        matches=[MatchRead.model_validate(r) for r in task.results or []],
+        index_version=task.index_version,
+        error=task.error,
+        examples_kept=task.examples is not None,
+        created_at=task.created_at,
+        identified_at=task.identified_at,
+    )

@@ -1,0 +1,256 @@
+"""Task vectors of LoRA learnwares, per-architecture module maps, and LoRA adapters out.
+
+A task vector is the dense update of every adapted linear layer, ΔW = scale·B·A, keyed by
+(layer index, role). Roles name a linear layer's job in a transformer block so that layers of
+different families can be matched: BERT ``attention.self.query`` and MPNet ``attention.attn.q``
+are both role ``q``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from peft import LoraConfig
+from peft.utils.other import get_pattern_key
+from safetensors.torch import load_file, save_file
+
+from app.ml.errors import DockError, InvalidPackage
+
+ROLES = ("q", "k", "v", "o", "ffn_in", "ffn_out")
+# Roles whose linear layers read the same tensor: their input statistics are collected once.
+INPUT_GROUP: dict[str, str] = {
+    "q": "attn_in",
+    "k": "attn_in",
+    "v": "attn_in",
+    "o": "o",
+    "ffn_in": "ffn_in",
+    "ffn_out": "ffn_out",
+}
+
+_BERT = {
+    "q": "encoder.layer.{i}.attention.self.query",
+    "k": "encoder.layer.{i}.attention.self.key",
+    "v": "encoder.layer.{i}.attention.self.value",
+    "o": "encoder.layer.{i}.attention.output.dense",
+    "ffn_in": "encoder.layer.{i}.intermediate.dense",
+    "ffn_out": "encoder.layer.{i}.output.dense",
+}
+_MPNET = {
+    "q": "encoder.layer.{i}.attention.attn.q",
+    "k": "encoder.layer.{i}.attention.attn.k",
+    "v": "encoder.layer.{i}.attention.attn.v",
+    "o": "encoder.layer.{i}.attention.attn.o",
+    "ffn_in": "encoder.layer.{i}.intermediate.dense",
+    "ffn_out": "encoder.layer.{i}.output.dense",
+}
+# Module path (relative to the bare encoder, e.g. ``BertModel``) of each role, per architecture.
+MODULE_MAPS: dict[str, dict[str, str]] = {
+    "bert": _BERT,
+    "roberta": _BERT,
+    "xlm-roberta": _BERT,
+    "mpnet": _MPNET,
+}
+
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+
+Key = tuple[int, str]
+"""(layer index, role)"""
+
+
+class UnsupportedPair(DockError):
+    """A source/target architecture without a module map, or a module outside the map."""
+
+
+def module_map(model_type: str) -> dict[str, str]:
+    """Role → module path template of an architecture; UnsupportedPair when unknown."""
+    try:
+        return MODULE_MAPS[model_type]
+    except KeyError:
+        known = ", ".join(sorted(MODULE_MAPS))
+        raise UnsupportedPair(f"no module map for architecture {model_type!r}; supported: {known}") from None
+
+
+def module_name(model_type: str, layer: int, role: str) -> str:
+    return module_map(model_type)[role].format(i=layer)
+
+
+def parse_module(model_type: str, name: str) -> Key:
+    """(layer, role) of a module path; any prefix before ``encoder.`` (``bert.``…) is ignored."""
+    for role, template in module_map(model_type).items():
+        pattern = re.escape(template).replace(re.escape("{i}"), r"(\d+)")
+        match = re.search(rf"(?:^|\.)({pattern})$", name)
+        if match:
+            return int(match.group(2)), role
+    raise UnsupportedPair(f"module {name!r} has no role in the {model_type!r} module map")
+
+
+def depth_map(source_layers: int, target_layers: int) -> list[int]:
+    """Source layer of each target layer: i(j) = round(j·(L_A−1)/(L_B−1)), halves rounded up."""
+    if source_layers < 1 or target_layers < 1:
+        raise ValueError(f"layer counts must be positive, got {source_layers} and {target_layers}")
+    if target_layers == 1:
+        return [source_layers - 1]
+    return [math.floor(j * (source_layers - 1) / (target_layers - 1) + 0.5) for j in range(target_layers)]
+
+
+@dataclass(frozen=True)
+class TaskVector:
+    """Dense per-module updates ΔW (d_out × d_in, float32) of one model family."""
+
+    model_type: str
+    deltas: dict[Key, torch.Tensor]
+    rank: int
+
+    @property
+    def roles(self) -> list[str]:
+        return [r for r in ROLES if any(role == r for _, role in self.deltas)]
+
+    def scaled(self, factor: float) -> TaskVector:
+        return TaskVector(self.model_type, {k: v * factor for k, v in self.deltas.items()}, self.rank)
+
+    def module_deltas(self) -> dict[str, torch.Tensor]:
+        """The same updates keyed by module path."""
+        return {module_name(self.model_type, i, r): d for (i, r), d in self.deltas.items()}
+
+
+_LORA_KEY = re.compile(r"^(?P<module>.+)\.lora_(?P<ab>[AB])(?:\.[^.]+)?\.weight$")
+
+
+def load_lora_task_vector(adapter_dir: Path, model_type: str) -> TaskVector:
+    """Read a peft LoRA adapter folder and return its dense task vector ΔW = scale·B·A."""
+    adapter_dir = Path(adapter_dir)
+    config_path, weights_path = adapter_dir / ADAPTER_CONFIG, adapter_dir / ADAPTER_WEIGHTS
+    if not config_path.is_file() or not weights_path.is_file():
+        raise InvalidPackage(
+            f"{adapter_dir} is not a peft adapter (needs {ADAPTER_CONFIG} and {ADAPTER_WEIGHTS})"
+        )
+    config = json.loads(config_path.read_text())
+    if config.get("peft_type", "LORA") != "LORA":
+        raise InvalidPackage(f"adapter {adapter_dir} is of type {config.get('peft_type')!r}, not LORA")
+    if config.get("fan_in_fan_out"):
+        raise InvalidPackage(f"adapter {adapter_dir} uses fan_in_fan_out, which only Conv1D layers need")
+    r_default, alpha_default = int(config["r"]), float(config.get("lora_alpha", config["r"]))
+    rank_pattern: dict[str, int] = config.get("rank_pattern") or {}
+    alpha_pattern: dict[str, float] = config.get("alpha_pattern") or {}
+    rslora = bool(config.get("use_rslora", False))
+
+    pairs: dict[str, dict[str, torch.Tensor]] = {}
+    for key, tensor in load_file(str(weights_path)).items():
+        match = _LORA_KEY.match(key)
+        if match is None:
+            raise InvalidPackage(f"adapter {adapter_dir} holds {key!r}, which is not a LoRA A/B weight")
+        pairs.setdefault(match["module"], {})[match["ab"]] = tensor
+    if not pairs:
+        raise InvalidPackage(f"adapter {adapter_dir} holds no LoRA weights")
+
+    deltas: dict[Key, torch.Tensor] = {}
+    max_rank = 0
+    for module, ab in pairs.items():
+        if set(ab) != {"A", "B"}:
+            raise InvalidPackage(f"module {module!r} of adapter {adapter_dir} lacks lora_A or lora_B")
+        a, b = ab["A"].double(), ab["B"].double()
+        r = int(rank_pattern.get(get_pattern_key(list(rank_pattern), module), r_default))
+        alpha = float(alpha_pattern.get(get_pattern_key(list(alpha_pattern), module), alpha_default))
+        if a.shape[0] != r or b.shape[1] != r:
+            raise InvalidPackage(f"module {module!r}: A {tuple(a.shape)}, B {tuple(b.shape)} but rank {r}")
+        scale = alpha / math.sqrt(r) if rslora else alpha / r
+        deltas[parse_module(model_type, module)] = (scale * (b @ a)).float()
+        max_rank = max(max_rank, r)
+    return TaskVector(model_type, deltas, max_rank)
+
+
+def lora_factorise(delta: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """Truncated SVD ΔW ≈ B·A at ``rank`` (balanced factors); returns A, B and the relative error."""
+    if rank < 1:
+        raise ValueError(f"rank must be >= 1, got {rank}")
+    d = delta.double()
+    u, s, vh = torch.linalg.svd(d, full_matrices=False)
+    k = min(rank, s.numel())
+    root = s[:k].sqrt()
+    b = u[:, :k] * root
+    a = root[:, None] * vh[:k]
+    if k < rank:  # pad with zero directions so every module keeps the declared rank
+        b = torch.cat([b, b.new_zeros(b.shape[0], rank - k)], dim=1)
+        a = torch.cat([a, a.new_zeros(rank - k, a.shape[1])], dim=0)
+    total = float(s.pow(2).sum())
+    error = math.sqrt(float(s[k:].pow(2).sum()) / total) if total > 0 else 0.0
+    return a.float().contiguous(), b.float().contiguous(), error
+
+
+def save_lora_adapter(
+    out_dir: Path, deltas: Mapping[str, torch.Tensor], rank: int, base_name: str
+) -> dict[str, float]:
+    """Write ``deltas`` (module path → ΔW) as a peft LoRA adapter of ``rank`` with scale 1.
+
+    Returns the relative Frobenius error of each module's rank-``rank`` refactorisation (zero
+    up to rounding whenever ΔW already has rank ≤ ``rank``, as a transferred LoRA update does).
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tensors: dict[str, torch.Tensor] = {}
+    errors: dict[str, float] = {}
+    for module, delta in sorted(deltas.items()):
+        a, b, err = lora_factorise(delta, rank)
+        tensors[f"base_model.model.{module}.lora_A.weight"] = a
+        tensors[f"base_model.model.{module}.lora_B.weight"] = b
+        errors[module] = err
+    config = LoraConfig(
+        r=rank,
+        lora_alpha=rank,
+        target_modules=sorted(deltas),
+        lora_dropout=0.0,
+        bias="none",
+        base_model_name_or_path=base_name,
+    )
+    config.save_pretrained(str(out_dir))
+    save_file(tensors, str(out_dir / ADAPTER_WEIGHTS))
+    return errors
+
+
+def linear_modules(model: torch.nn.Module, model_type: str, keys: list[Key]) -> dict[Key, torch.nn.Linear]:
+    """The nn.Linear of each (layer, role) in ``model``; UnsupportedPair if one is missing."""
+    named = dict(model.named_modules())
+    out: dict[Key, torch.nn.Linear] = {}
+    for layer, role in keys:
+        name = module_name(model_type, layer, role)
+        module = named.get(name)
+        if not isinstance(module, torch.nn.Linear):
+            raise UnsupportedPair(f"{model_type!r} model has no linear layer {name!r}")
+        out[(layer, role)] = module
+    return out
+
+
+def check_task_vector(tv: TaskVector, model: torch.nn.Module) -> None:
+    """Refuse a task vector whose shapes do not match ``model``'s linear layers."""
+    modules = linear_modules(model, tv.model_type, list(tv.deltas))
+    for key, delta in tv.deltas.items():
+        shape = tuple(modules[key].weight.shape)
+        if tuple(delta.shape) != shape:
+            name = module_name(tv.model_type, *key)
+            raise InvalidPackage(f"adapter update of {name} has shape {tuple(delta.shape)}, base has {shape}")
+
+
+@contextmanager
+def merged_deltas(
+    model: torch.nn.Module, model_type: str, deltas: Mapping[Key, torch.Tensor]
+) -> Iterator[None]:
+    """Add ΔW to ``model``'s weights for the duration of the block, then restore them exactly."""
+    modules = linear_modules(model, model_type, list(deltas))
+    originals = {key: module.weight.detach().clone() for key, module in modules.items()}
+    try:
+        with torch.no_grad():
+            for key, module in modules.items():
+                module.weight.add_(deltas[key].to(module.weight))
+        yield
+    finally:
+        with torch.no_grad():
+            for key, module in modules.items():
+                module.weight.copy_(originals[key])

@@ -7,13 +7,14 @@ import os
 
 import typer
 
-from app.cli import ml
+from app.cli import ml, service
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="PAVE Dock: a learnware dock.")
 ml.register(app)
+service.register(app)
 
 
 def main() -> None:

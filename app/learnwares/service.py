@@ -84,8 +84,9 @@ def submit(
     package, packaged_spec, scratch = _check_package(runtime, package_zip)
     try:
         uploaded = spaces.read_spec_file(spec_file) if spec_file is not None else packaged_spec
-        space_id = (uploaded.space_id if uploaded and uploaded.space_id else None) or runtime.default_space_id
-        record = spaces.get_space(session, space_id)
+        record = spaces.space_for_spec(
+            session, uploaded.space_id if uploaded else None, runtime.default_space_id
+        )
         vector = spaces.check_spec(uploaded.vector, record, uploaded.space_id) if uploaded else None
         manifest = package.manifest
         existing = repository.duplicate_of(session, owner.id, sha256_file(package_zip))

@@ -57,6 +57,16 @@ def get_space(session: Session, sid: str) -> SpecSpaceRecord:
     return record
 
 
+def space_for_spec(session: Session, claimed: str | None, default_id: str) -> SpecSpaceRecord:
+    """The registered space a spec claims (the default if it claims none); IncompatibleSpec for a
+    space this dock does not serve."""
+    record = session.get(SpecSpaceRecord, claimed or default_id)
+    if record is None:
+        served = ", ".join(r.id for r in list_spaces(session))
+        raise IncompatibleSpec(f"spec is of space {claimed}, not {default_id}: this dock serves {served}")
+    return record
+
+
 def list_spaces(session: Session) -> Sequence[SpecSpaceRecord]:
     return session.scalars(select(SpecSpaceRecord).order_by(SpecSpaceRecord.created_at)).all()
 

@@ -85,7 +85,7 @@ def create_from_spec(
 ) -> tuple[UserTask, Job]:
     """A task given as a spec computed on the user's machine: the examples never reach the dock."""
     uploaded = spaces.read_spec_file(spec_file)
-    record = spaces.get_space(session, uploaded.space_id or runtime.default_space_id)
+    record = spaces.space_for_spec(session, uploaded.space_id, runtime.default_space_id)
     vector = spaces.check_spec(uploaded.vector, record, uploaded.space_id)
     spec = spec_row(
         record.id, vector, kind=SpecKind.task, source=SpecSource.uploaded, meta=dict(uploaded.meta)
@@ -155,7 +155,7 @@ def rank(
 def identify_now(session: Session, runtime: Runtime, spec_file: Path, k: int) -> IdentifyResult:
     """Rank learnwares for an uploaded spec in this request (nothing is stored)."""
     uploaded = spaces.read_spec_file(spec_file)
-    record = spaces.get_space(session, uploaded.space_id or runtime.default_space_id)
+    record = spaces.space_for_spec(session, uploaded.space_id, runtime.default_space_id)
     vector = spaces.check_spec(uploaded.vector, record, uploaded.space_id)
     results, version = rank(session, runtime, record.id, vector, k)
     return IdentifyResult(

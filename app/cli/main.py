@@ -18,6 +18,12 @@ service.register(app)
 
 
 def main() -> None:
+    import warnings
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # the dock draws its own progress bars
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
     logging.basicConfig(
         level=os.environ.get("PAVEDOCK_LOG_LEVEL", "WARNING"), format="%(levelname)s %(name)s: %(message)s"
     )

@@ -153,3 +153,33 @@ def bench_identify(
         profile, out, default_datasets_dir(datasets), default_cache_dir(cache, "identify")
     )
     typer.echo(json.dumps(result["summary"], indent=2))
+
+
+@bench_app.command("merge")
+def bench_merge(out: Out, profile: Profile = "quick", datasets: Datasets = None, cache: Cache = None) -> None:
+    """The merging benchmark: every method with and without PACT on 2-, 4- and 8-task groups."""
+    from app.ml.merging.bench import run_merge_benchmark
+
+    with progress_bar("merge benchmark") as report:
+        result = run_merge_benchmark(
+            profile, out, default_datasets_dir(datasets), report, cache_dir=default_cache_dir(cache, "merge")
+        )
+    typer.echo(json.dumps(result.get("normalized_accuracy", {}), indent=2))
+
+
+@bench_app.command("transfer")
+def bench_transfer(
+    out: Out, profile: Profile = "quick", datasets: Datasets = None, cache: Cache = None
+) -> None:
+    """The transfer benchmark: MiniLM → MPNet with BiCo, THESEUS-style, naive and UTD."""
+    from app.ml.transfer.bench import run_transfer_benchmark
+
+    with progress_bar("transfer benchmark") as report:
+        result = run_transfer_benchmark(
+            profile,
+            out,
+            default_datasets_dir(datasets),
+            report,
+            cache_dir=default_cache_dir(cache, "transfer"),
+        )
+    typer.echo(json.dumps(result.get("gain_over_zero_shot", {}), indent=2))

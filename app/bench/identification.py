@@ -1,0 +1,716 @@
+"""The identification benchmark (BENCHMARK.md "Identification"), on the real text tasks.
+
+Market: for each task a **good** learnware (true labels) and a **corrupted** twin (most
+training labels replaced by wrong ones), of one of three families assigned round-robin:
+LoRA adapters with the label-name head, a linear head on frozen base embeddings (a
+transformers sequence-classification directory), and TF-IDF + logistic regression in ONNX.
+Every learnware is a real package run through the dock's own runners, and its spec is
+fitted to its own predictions on the inputs it declares.
+
+Users: 8 shots per class (at most 64) from the train split, seeds 0, 1, 2; accuracy on
+the (capped) test split.
+
+A learnware *serves* a task when its label set equals the task's (matched by name);
+otherwise it cannot give the user's labels and scores 0 for it. The oracle is the best
+serving learnware in hindsight.
+
+"Beyond the original purpose" removes every learnware of the user's task and compares,
+over the LoRA learnwares (the family whose head takes any label names): PAVE's top-1
+zero-shot and fine-tuned on the shots (PAVE♦), RKME's top-1 fine-tuned, a random
+learnware fine-tuned, the zero-shot oracle fine-tuned, and the base fine-tuned.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from app.bench.report import machine, md_table, percentile, write_json
+from app.ml.data import TextTask, few_shot, load_task, text_task_names
+from app.ml.identify import Match, rank_specs
+from app.ml.packages import LearnwarePackage
+from app.ml.pave import fit_pave_spec
+from app.ml.spec_space import FitRecipe, SpecSpace, load_space
+
+log = logging.getLogger(__name__)
+
+FAMILIES = ("lora", "linear", "onnx")
+QUICK_TASKS = ("sst2", "sms_spam", "trec", "mr", "ag_news", "tweet_emotion", "subj", "snips", "cr")
+
+
+@dataclass(frozen=True)
+class BenchProfile:
+    name: str
+    tasks: tuple[str, ...] | None
+    test_cap: int
+    spec_inputs: int
+    seeds: tuple[int, ...]
+    curve: tuple[tuple[str, int, bool], ...]
+    """(label, steps, balanced) recipes of the steps-versus-quality curve."""
+    curve_seeds: tuple[int, ...]
+    beyond_seeds: tuple[int, ...]
+    beyond_test_cap: int
+    finetune_steps: int
+    lora_steps: int
+    train_cap: int
+
+
+PROFILES = {
+    "quick": BenchProfile(
+        name="quick",
+        tasks=QUICK_TASKS,
+        test_cap=200,
+        spec_inputs=128,
+        seeds=(0, 1, 2),
+        curve=(("plain-1grad", 0, False), ("adam-1", 1, True), ("adam-10", 10, True)),
+        curve_seeds=(0,),
+        beyond_seeds=(0,),
+        beyond_test_cap=150,
+        finetune_steps=15,
+        lora_steps=80,
+        train_cap=2000,
+    ),
+    "full": BenchProfile(
+        name="full",
+        tasks=None,
+        test_cap=400,
+        spec_inputs=256,
+        seeds=(0, 1, 2),
+        curve=(("plain-1grad", 0, False), ("adam-1", 1, True), ("adam-10", 10, True), ("adam-50", 50, True)),
+        curve_seeds=(0,),
+        beyond_seeds=(0, 1, 2),
+        beyond_test_cap=200,
+        finetune_steps=20,
+        lora_steps=120,
+        train_cap=4000,
+    ),
+}
+
+
+@dataclass
+class Learnware:
+    id: int
+    task: str
+    family: str
+    corrupted: bool
+    package_dir: Path
+    label_names: list[str]
+    inputs: list[str]
+    model_format: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.task}-{self.family}-{'corrupted' if self.corrupted else 'good'}"
+
+
+@dataclass
+class UserResult:
+    task: str
+    seed: int
+    methods: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+class Cache:
+    """Files under one folder, keyed by name: learnware packages, predictions, specs, scores."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+
+    def path(self, *parts: str) -> Path:
+        path = self.root.joinpath(*parts)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def array(self, name: str, make: Any) -> np.ndarray:
+        path = self.path("arrays", f"{name}.npy")
+        if path.is_file():
+            return np.load(path)
+        value = np.asarray(make())
+        np.save(path, value)
+        return value
+
+    def number(self, name: str, make: Any) -> float:
+        path = self.path("numbers", f"{name}.json")
+        if path.is_file():
+            return float(json.loads(path.read_text()))
+        value = float(make())
+        path.write_text(json.dumps(value))
+        return value
+
+
+def _tag(recipe: FitRecipe) -> str:
+    return hashlib.sha256(json.dumps(asdict(recipe), sort_keys=True).encode()).hexdigest()[:10]
+
+
+def _label_map(source: list[str], target: list[str]) -> np.ndarray | None:
+    """Index map from a learnware's label ids to a task's, when their label sets are equal."""
+    if sorted(source) != sorted(target):
+        return None
+    return np.asarray([target.index(name) for name in source], dtype=np.int64)
+
+
+class Market:
+    """The benchmark's learnwares, their runners, accuracies and specs (all cached)."""
+
+    def __init__(self, profile: BenchProfile, datasets: Path, cache: Cache, space: SpecSpace):
+        self.profile = profile
+        self.datasets = datasets
+        self.cache = cache
+        self.space = space
+        names = profile.tasks or tuple(text_task_names(datasets))
+        self.tasks: dict[str, TextTask] = {}
+        self.tests: dict[str, TextTask] = {}
+        for name in names:
+            self.tasks[name] = load_task(datasets, name, "train")
+            self.tests[name] = load_task(datasets, name, "test", limit=profile.test_cap)
+        self.learnwares: list[Learnware] = []
+        self._runners: dict[int, Any] = {}
+        self._packages: dict[int, LearnwarePackage] = {}
+
+    def build(self) -> None:
+        from app.ml.packages import extract_package
+
+        jobs = [
+            (name, FAMILIES[i % len(FAMILIES)], corrupted)
+            for i, name in enumerate(self.tasks)
+            for corrupted in (False, True)
+        ]
+        for name, family, corrupted in tqdm(jobs, desc="market: learnwares"):
+            zip_path = self._package(name, family, corrupted)
+            dest = self.cache.path("extracted", zip_path.stem)
+            shutil.rmtree(dest, ignore_errors=True)
+            package = extract_package(zip_path, dest)
+            self._packages[len(self.learnwares)] = package
+            self.learnwares.append(
+                Learnware(
+                    id=len(self.learnwares),
+                    task=name,
+                    family=family,
+                    corrupted=corrupted,
+                    package_dir=dest,
+                    label_names=list(package.manifest.label_names),
+                    inputs=list(package.inputs)[: self.profile.spec_inputs],
+                    model_format=package.manifest.model_format,
+                )
+            )
+
+    def _package(self, name: str, family: str, corrupted: bool) -> Path:
+        from app.ml import builders
+
+        path = self.cache.path("packages", f"{name}-{family}-{'corrupted' if corrupted else 'good'}.zip")
+        if path.is_file():
+            return path
+        train = self.tasks[name]
+        if len(train) > self.profile.train_cap:
+            train = train.subset(
+                np.random.default_rng(0).choice(len(train), self.profile.train_cap, replace=False)
+            )
+        corrupt = 0.8 if corrupted else 0.0
+        tmp = path.with_suffix(".tmp.zip")
+        if family == "lora":
+            builders.train_lora_learnware(
+                train,
+                tmp,
+                steps=self.profile.lora_steps,
+                seed=0,
+                corrupt=corrupt,
+                n_inputs=self.profile.spec_inputs,
+            )
+        elif family == "linear":
+            builders.train_linear_head_learnware(
+                train, tmp, seed=0, corrupt=corrupt, n_inputs=self.profile.spec_inputs
+            )
+        else:
+            builders.train_tfidf_onnx_learnware(
+                train, tmp, seed=0, corrupt=corrupt, n_inputs=self.profile.spec_inputs
+            )
+        tmp.replace(path)
+        return path
+
+    def runner(self, lw: Learnware) -> Any:
+        from app.ml.runners import load_runner
+
+        if lw.id not in self._runners:
+            self._runners[lw.id] = load_runner(self._packages[lw.id])
+        return self._runners[lw.id]
+
+    def accuracy(self, lw: Learnware, task: str) -> float:
+        """Test accuracy of ``lw`` on ``task`` (0 when it cannot give the task's labels)."""
+        test = self.tests[task]
+        mapping = _label_map(lw.label_names, test.label_names)
+        if mapping is None:
+            return 0.0
+
+        def compute() -> float:
+            predicted = self.runner(lw).predict(test.texts).labels
+            return float(np.mean(mapping[predicted] == test.labels))
+
+        return self.cache.number(f"acc-{lw.key}-on-{task}-{self.profile.test_cap}", compute)
+
+    def predictions(self, lw: Learnware) -> np.ndarray:
+        """The learnware's probabilities (or labels) on its declared inputs: its h(x)."""
+
+        def compute() -> np.ndarray:
+            out = self.runner(lw).predict(lw.inputs)
+            return out.probs if out.probs is not None else out.labels
+
+        return self.cache.array(f"pred-{lw.key}-{len(lw.inputs)}", compute)
+
+    def true_labels(self, lw: Learnware) -> np.ndarray:
+        train = self.tasks[lw.task]
+        lookup = dict(zip(train.texts, train.labels.tolist(), strict=True))
+        return np.asarray([lookup[t] for t in lw.inputs], dtype=np.int64)
+
+    def model_spec(self, lw: Learnware, recipe: FitRecipe, *, true_labels: bool = False) -> np.ndarray:
+        targets = self.true_labels(lw) if true_labels else self.predictions(lw)
+        name = f"spec-{lw.key}-{_tag(recipe)}-{'true' if true_labels else 'pred'}-{len(lw.inputs)}"
+        return self.cache.array(
+            name,
+            lambda: (
+                fit_pave_spec(
+                    self.space, lw.inputs, targets, lw.label_names, kind="model", recipe=recipe
+                ).vector
+            ),
+        )
+
+
+def _rank_of(matches: list[Match], lw_id: int) -> int:
+    for rank, match in enumerate(matches):
+        if match.id == lw_id:
+            return rank
+    return len(matches)
+
+
+def _user_metrics(market: Market, task: str, ranking: list[Match]) -> dict[str, float]:
+    own = {lw.corrupted: lw.id for lw in market.learnwares if lw.task == task}
+    top = market.learnwares[ranking[0].id]
+    serving = [
+        market.accuracy(lw, task)
+        for lw in market.learnwares
+        if _label_map(lw.label_names, market.tests[task].label_names) is not None
+    ]
+    oracle = max(serving)
+    top_acc = market.accuracy(top, task)
+    return {
+        "hit_at1": float(_rank_of(ranking, own[False]) == 0),
+        "hit_at5": float(_rank_of(ranking, own[False]) < 5),
+        "quality_filter": float(_rank_of(ranking, own[False]) < _rank_of(ranking, own[True])),
+        "oracle_agreement_at1": float(top_acc >= oracle - 0.01),
+        "normalized_accuracy": top_acc / oracle if oracle > 0 else 0.0,
+        "top1_accuracy": top_acc,
+        "oracle_accuracy": oracle,
+    }
+
+
+def _mean_metrics(results: list[dict[str, float]]) -> dict[str, float]:
+    return {k: float(np.mean([r[k] for r in results])) for k in results[0]}
+
+
+def _users(market: Market, seeds: tuple[int, ...]) -> Iterator[tuple[str, int, TextTask]]:
+    for task in market.tasks:
+        for seed in seeds:
+            yield task, seed, few_shot(market.tasks[task], per_class=8, max_total=64, seed=seed)
+
+
+def run_identification_benchmark(
+    profile_name: str, out: Path, datasets: Path, cache_dir: Path
+) -> dict[str, Any]:
+    """Run the benchmark, write ``out`` (JSON), ``out.md`` and ``out.png``; return the results."""
+    if profile_name not in PROFILES:
+        raise ValueError(f"unknown profile {profile_name!r}; known: {sorted(PROFILES)}")
+    profile = PROFILES[profile_name]
+    started = time.perf_counter()
+    space = load_space()
+    default = space.config.recipe
+    cache = Cache(cache_dir / profile.name)
+    market = Market(profile, datasets, cache, space)
+    market.build()
+    lws = market.learnwares
+
+    own_acc = {lw.key: market.accuracy(lw, lw.task) for lw in tqdm(lws, desc="market: test accuracy")}
+
+    def model_specs(recipe: FitRecipe, true_labels: bool = False) -> dict[int, np.ndarray]:
+        return {
+            lw.id: market.model_spec(lw, recipe, true_labels=true_labels)
+            for lw in tqdm(
+                lws, desc=f"model specs steps={recipe.steps}{' (true labels)' if true_labels else ''}"
+            )
+        }
+
+    pave_specs = model_specs(default)
+    club_specs = model_specs(default, true_labels=True)
+    rkme_rank = _rkme_ranker(market)
+
+    per_user: list[dict[str, Any]] = []
+    by_method: dict[str, list[dict[str, float]]] = {"pave": [], "pave_club": [], "rkme": []}
+    spec_seconds: list[float] = []
+    search_seconds: list[float] = []
+    for task, seed, shots in tqdm(list(_users(market, profile.seeds)), desc="users: identify"):
+        t0 = time.perf_counter()
+        user = fit_pave_spec(space, shots.texts, shots.labels, shots.label_names, kind="task")
+        spec_seconds.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        pave_ranking = rank_specs(user.vector, pave_specs)
+        search_seconds.append(time.perf_counter() - t0)
+        rankings = {
+            "pave": pave_ranking,
+            "pave_club": rank_specs(user.vector, club_specs),
+            "rkme": rkme_rank(shots.texts),
+        }
+        row: dict[str, Any] = {"task": task, "seed": seed, "shots": len(shots)}
+        for method, ranking in rankings.items():
+            metrics = _user_metrics(market, task, ranking)
+            by_method[method].append(metrics)
+            row[method] = {**metrics, "top1": lws[ranking[0].id].key}
+        per_user.append(row)
+
+    curve = _steps_curve(market, profile, default, pave_specs)
+    beyond = _beyond(market, profile, pave_specs, rkme_rank)
+
+    summary: dict[str, Any] = {}
+    for method, results in by_method.items():
+        means = _mean_metrics(results)
+        prefix = "" if method == "pave" else f"{method}_"
+        for key in ("oracle_agreement_at1", "normalized_accuracy", "quality_filter", "hit_at1", "hit_at5"):
+            summary[prefix + key] = means[key]
+    summary.update(
+        {
+            "spec_seconds_median": percentile(spec_seconds, 50),
+            "spec_seconds_p95": percentile(spec_seconds, 95),
+            "search_seconds_median": percentile(search_seconds, 50),
+            "spec_floats": space.dim,
+            "base_params": space.encoder.num_parameters(),
+            "spec_percent_of_base": 100.0 * space.dim / space.encoder.num_parameters(),
+            "default_recipe": asdict(default),
+        }
+    )
+    result: dict[str, Any] = {
+        "benchmark": "identification",
+        "profile": asdict(profile),
+        "machine": machine(),
+        "space_id": space.id,
+        "command": f"pavedock bench identify --profile {profile.name} --out {out}",
+        "summary": summary,
+        **{k: summary[k] for k in summary},
+        "beyond": beyond,
+        "steps_curve": curve,
+        "learnwares": [
+            {"key": lw.key, "family": lw.family, "format": lw.model_format, "test_accuracy": own_acc[lw.key]}
+            for lw in lws
+        ],
+        "per_task": _per_task(per_user),
+        "per_user": per_user,
+        "seconds_total": time.perf_counter() - started,
+    }
+    write_json(out, result)
+    out.with_suffix(".md").write_text(render_markdown(result))
+    _plot_curve(curve, out.with_suffix(".png"))
+    return result
+
+
+def _rkme_ranker(market: Market) -> Any:
+    """RKME baseline: reduced kernel mean embeddings of frozen-base features, ranked by MMD."""
+    from app.ml.encoders import embed_texts
+    from app.ml.rkme import fit_rkme, rkme_mmd2
+
+    encoder = market.space.encoder
+    rkmes = {}
+    with market.space.model.disable_adapter():
+        for lw in tqdm(market.learnwares, desc="RKME specs"):
+            feats = market.cache.array(
+                f"feat-{lw.key}-{len(lw.inputs)}", lambda lw=lw: embed_texts(encoder, lw.inputs).numpy()
+            )
+            rkmes[lw.id] = fit_rkme(feats, seed=0)
+
+    def rank(texts: list[str], candidates: set[int] | None = None) -> list[Match]:
+        user = fit_rkme(embed_texts(encoder, texts).numpy(), seed=0)
+        scores = [
+            Match(i, -rkme_mmd2(user, r)) for i, r in rkmes.items() if candidates is None or i in candidates
+        ]
+        return sorted(scores, key=lambda m: -m.score)
+
+    return rank
+
+
+def _steps_curve(
+    market: Market, profile: BenchProfile, default: FitRecipe, default_specs: dict[int, np.ndarray]
+) -> list[dict[str, Any]]:
+    """Identification quality and user-spec cost as the number of fitting steps varies."""
+    recipes = [("balanced-1grad (default)" if default.steps == 0 else "default", default)]
+    recipes += [
+        (label, FitRecipe(steps=steps, balanced=balanced)) for label, steps, balanced in profile.curve
+    ]
+    points = []
+    for label, recipe in recipes:
+        specs = (
+            default_specs
+            if recipe == default
+            else {
+                lw.id: market.model_spec(lw, recipe)
+                for lw in tqdm(market.learnwares, desc=f"curve {label}: model specs")
+            }
+        )
+        metrics, seconds = [], []
+        for task, _seed, shots in _users(market, profile.curve_seeds):
+            t0 = time.perf_counter()
+            user = fit_pave_spec(
+                market.space, shots.texts, shots.labels, shots.label_names, kind="task", recipe=recipe
+            )
+            seconds.append(time.perf_counter() - t0)
+            metrics.append(_user_metrics(market, task, rank_specs(user.vector, specs)))
+        points.append(
+            {
+                "recipe": label,
+                "steps": recipe.steps,
+                "balanced": recipe.balanced,
+                **_mean_metrics(metrics),
+                "user_spec_seconds_median": percentile(seconds, 50),
+            }
+        )
+    return points
+
+
+def _beyond(
+    market: Market, profile: BenchProfile, pave_specs: dict[int, np.ndarray], rkme_rank: Any
+) -> dict[str, Any]:
+    """Table-1-style reuse beyond the original purpose, over the LoRA learnwares."""
+    from app.ml.finetune import LoraClassifier, accuracy
+
+    base = market.space.config.base
+    adapters = [lw for lw in market.learnwares if lw.model_format == "peft-lora"]
+    if not adapters:
+        return {}
+
+    def test_set(task: str) -> TextTask:
+        return load_task(market.datasets, task, "test", limit=profile.beyond_test_cap)
+
+    def zero_shot(lw: Learnware, task: str) -> float:
+        test = test_set(task)
+        return market.cache.number(
+            f"zs-{lw.key}-on-{task}-{profile.beyond_test_cap}",
+            lambda: accuracy(
+                LoraClassifier.load(base, lw.package_dir / "adapter").predict_proba(
+                    test.texts, test.label_names
+                ),
+                test.labels,
+            ),
+        )
+
+    def finetuned(lw: Learnware | None, task: str, shots: TextTask, seed: int) -> float:
+        test = test_set(task)
+        name = f"ft-{lw.key if lw else 'base'}-on-{task}-s{seed}-{profile.finetune_steps}-{profile.beyond_test_cap}"
+
+        def compute() -> float:
+            model = (
+                LoraClassifier.new(base, seed=seed)
+                if lw is None
+                else LoraClassifier.load(base, lw.package_dir / "adapter", trainable=True)
+            )
+            model.fit(shots.texts, shots.labels, shots.label_names, steps=profile.finetune_steps, seed=seed)
+            return accuracy(model.predict_proba(test.texts, test.label_names), test.labels)
+
+        return market.cache.number(name, compute)
+
+    rows = []
+    space = market.space
+    for task, seed, shots in tqdm(list(_users(market, profile.beyond_seeds)), desc="beyond: reuse"):
+        candidates = [lw for lw in adapters if lw.task != task]
+        if not candidates:
+            continue
+        ids = {lw.id for lw in candidates}
+        user = fit_pave_spec(space, shots.texts, shots.labels, shots.label_names, kind="task")
+        pave_top = market.learnwares[rank_specs(user.vector, {i: pave_specs[i] for i in ids})[0].id]
+        rkme_top = market.learnwares[rkme_rank(shots.texts, ids)[0].id]
+        zs = {lw.id: zero_shot(lw, task) for lw in candidates}
+        oracle = market.learnwares[max(zs, key=lambda i: zs[i])]
+        rng = np.random.default_rng(seed)
+        random_lw = candidates[int(rng.integers(len(candidates)))]
+        scores = {
+            "PAVE top-1 (zero-shot)": zs[pave_top.id],
+            "PAVE♦ (top-1 fine-tuned)": finetuned(pave_top, task, shots, seed),
+            "RKME top-1 fine-tuned": finetuned(rkme_top, task, shots, seed),
+            "Random fine-tuned": finetuned(random_lw, task, shots, seed),
+            "Random (zero-shot mean)": float(np.mean(list(zs.values()))),
+            "Oracle fine-tuned": finetuned(oracle, task, shots, seed),
+            "Base fine-tuned": finetuned(None, task, shots, seed),
+        }
+        rows.append(
+            {
+                "task": task,
+                "seed": seed,
+                "pave_top1": pave_top.key,
+                "rkme_top1": rkme_top.key,
+                "scores": scores,
+            }
+        )
+    if not rows:
+        return {}
+    methods = list(rows[0]["scores"])
+    ranks = {m: [] for m in methods}  # type: dict[str, list[float]]
+    for row in rows:
+        order = sorted(methods, key=lambda m: -row["scores"][m])
+        for m in methods:
+            ranks[m].append(1 + order.index(m))
+    return {
+        "methods": {
+            m: {
+                "mean_score": float(np.mean([r["scores"][m] for r in rows])),
+                "mean_rank": float(np.mean(ranks[m])),
+            }
+            for m in methods
+        },
+        "users": rows,
+        "candidate_pool": "LoRA learnwares of the other tasks (good and corrupted)",
+    }
+
+
+def _per_task(per_user: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    tasks: dict[str, dict[str, float]] = {}
+    for task in dict.fromkeys(r["task"] for r in per_user):
+        rows = [r for r in per_user if r["task"] == task]
+        tasks[task] = {
+            f"{method}_{key}": float(np.mean([r[method][key] for r in rows]))
+            for method in ("pave", "pave_club", "rkme")
+            for key in ("oracle_agreement_at1", "normalized_accuracy", "quality_filter", "hit_at1")
+        }
+    return tasks
+
+
+def render_markdown(result: dict[str, Any]) -> str:
+    s = result["summary"]
+    lines = [
+        f"# Identification benchmark ({result['profile']['name']} profile)",
+        "",
+        f"Command: `{result['command']}`  ",
+        f"Machine: {result['machine']['platform']}, {result['machine']['cpus']} CPUs, "
+        f"GPU: {result['machine']['gpu'] or 'none'}; torch {result['machine']['torch']}  ",
+        f"Date: {result['machine']['date']}; total {result['seconds_total'] / 60:.1f} min; space `{result['space_id']}`",
+        "",
+        "## Identification (mean over tasks and seeds)",
+        "",
+        md_table(
+            ["method", "oracle agreement@1", "normalised accuracy", "quality filter", "hit@1", "hit@5"],
+            [
+                [
+                    name,
+                    s[f"{p}oracle_agreement_at1"],
+                    s[f"{p}normalized_accuracy"],
+                    s[f"{p}quality_filter"],
+                    s[f"{p}hit_at1"],
+                    s[f"{p}hit_at5"],
+                ]
+                for name, p in (("PAVE", ""), ("PAVE♣ (true labels)", "pave_club_"), ("RKME", "rkme_"))
+            ],
+        ),
+        "",
+        f"User spec: median {s['spec_seconds_median']:.3f} s, p95 {s['spec_seconds_p95']:.3f} s; "
+        f"spec {s['spec_floats']} floats = {s['spec_percent_of_base']:.3f}% of the base's {s['base_params']:,} parameters; "
+        f"search median {1000 * s['search_seconds_median']:.2f} ms.",
+        "",
+        "## Steps versus quality (users of seed(s) "
+        + ", ".join(map(str, result["profile"]["curve_seeds"]))
+        + ")",
+        "",
+        md_table(
+            [
+                "recipe",
+                "steps",
+                "oracle agreement@1",
+                "normalised accuracy",
+                "quality filter",
+                "hit@1",
+                "user spec s (median)",
+            ],
+            [
+                [
+                    p["recipe"],
+                    p["steps"],
+                    p["oracle_agreement_at1"],
+                    p["normalized_accuracy"],
+                    p["quality_filter"],
+                    p["hit_at1"],
+                    p["user_spec_seconds_median"],
+                ]
+                for p in result["steps_curve"]
+            ],
+        ),
+    ]
+    if result["beyond"]:
+        lines += [
+            "",
+            "## Beyond the original purpose (user's own learnwares removed; LoRA learnwares)",
+            "",
+            md_table(
+                ["method", "mean score", "mean rank"],
+                [[m, v["mean_score"], v["mean_rank"]] for m, v in result["beyond"]["methods"].items()],
+            ),
+        ]
+    lines += [
+        "",
+        "## Learnwares (own test accuracy)",
+        "",
+        md_table(
+            ["learnware", "format", "test accuracy"],
+            [[lw["key"], lw["format"], lw["test_accuracy"]] for lw in result["learnwares"]],
+        ),
+        "",
+        "## Per task (PAVE)",
+        "",
+        md_table(
+            [
+                "task",
+                "oracle agreement@1",
+                "normalised accuracy",
+                "quality filter",
+                "PAVE♣ quality filter",
+                "RKME normalised accuracy",
+            ],
+            [
+                [
+                    t,
+                    v["pave_oracle_agreement_at1"],
+                    v["pave_normalized_accuracy"],
+                    v["pave_quality_filter"],
+                    v["pave_club_quality_filter"],
+                    v["rkme_normalized_accuracy"],
+                ]
+                for t, v in result["per_task"].items()
+            ],
+        ),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _plot_curve(curve: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for key in ("oracle_agreement_at1", "normalized_accuracy", "quality_filter"):
+        ax.plot(
+            [p["user_spec_seconds_median"] for p in curve], [p[key] for p in curve], marker="o", label=key
+        )
+    for p in curve:
+        ax.annotate(p["recipe"], (p["user_spec_seconds_median"], p["normalized_accuracy"]), fontsize=7)
+    ax.set_xscale("log")
+    ax.set_xlabel("user spec seconds (median, log)")
+    ax.set_ylabel("score")
+    ax.set_title("PAVE: fitting cost versus identification quality")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -303,7 +303,7 @@ class DockClient:
         body = {"role": role, "name": name, "expires_in_days": expires_in_days}
         return self._model(KeyIssued, "POST", "/v1/admin/keys", json=body)
 
-    def keys(self) -> list[KeyRead]:
+    def list_keys(self) -> list[KeyRead]:
         return [KeyRead.model_validate(k) for k in self._call("GET", "/v1/admin/keys").json()]
 
     def revoke_key(self, key_id: int) -> KeyRead:

@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from app.ml.spec_space import SpecSpaceConfig, config_from_dict
+if TYPE_CHECKING:
+    from app.ml.spec_space import SpecSpaceConfig
 
 Environment = Literal["development", "testing", "production"]
 StorageBackend = Literal["local", "s3"]
@@ -143,6 +144,8 @@ class Settings(BaseSettings):
 
     @property
     def space_configs(self) -> list[SpecSpaceConfig]:
+        from app.ml.spec_space import config_from_dict  # torch-heavy: only when spaces are needed
+
         configs = [config_from_dict(c) for c in self.spec_spaces]
         if not configs:
             raise ValueError("PAVEDOCK_SPEC_SPACES must name at least one spec space")

@@ -390,6 +390,22 @@ def _walk_keys(data: Any) -> Iterable[tuple[str, Any]]:
             yield from _walk_keys(item)
 
 
+def _is_peft_class_hint(key: str, value: Any) -> bool:
+    """peft's ``auto_mapping`` naming a transformers class: a hint the dock never follows.
+
+    peft writes it for adapters of a bare ``AutoModel`` base; the dock loads the registered
+    base itself, so only a hint pointing into transformers is let through.
+    """
+    if (
+        key != "auto_mapping"
+        or not isinstance(value, dict)
+        or set(value) - {"base_model_class", "parent_library"}
+    ):
+        return False
+    library, cls = str(value.get("parent_library", "")), str(value.get("base_model_class", ""))
+    return library.startswith("transformers.models.") and cls.isidentifier()
+
+
 def _check_file(path: Path, name: str) -> None:
     """Content checks after extraction: configs that load remote code, object arrays."""
     if name.endswith("config.json"):
@@ -398,7 +414,11 @@ def _check_file(path: Path, name: str) -> None:
         except (UnicodeDecodeError, ValueError) as exc:
             raise InvalidPackage(f"{name} is not valid JSON: {exc}") from exc
         for key, value in _walk_keys(data):
-            if key in REMOTE_CODE_KEYS and value not in (None, False, {}, []):
+            if (
+                key in REMOTE_CODE_KEYS
+                and value not in (None, False, {}, [])
+                and not _is_peft_class_hint(key, value)
+            ):
                 raise UnsafePackage(f"{name} sets {key!r}: the dock never runs code shipped with a model")
     with path.open("rb") as fh:
         if fh.read(len(_NPY_MAGIC)) == _NPY_MAGIC:

@@ -311,6 +311,14 @@ def test_refuses_object_arrays_but_not_numbers(tmp_path: Path) -> None:
         ("model/config.json", {"model_type": "bert", "auto_map": {"AutoModel": "x.Y"}}, "auto_map"),
         ("model/config.json", {"model_type": "bert", "trust_remote_code": True}, "trust_remote_code"),
         ("model/tokenizer_config.json", {"auto_map": {"AutoTokenizer": ["t.T", None]}}, "auto_map"),
+        (
+            "model/config.json",
+            {
+                "model_type": "bert",
+                "auto_mapping": {"base_model_class": "Evil", "parent_library": "evil_module"},
+            },
+            "auto_mapping",
+        ),
     ],
 )
 def test_refuses_configs_that_load_remote_code(
@@ -319,6 +327,15 @@ def test_refuses_configs_that_load_remote_code(
     files = {**SEQCLS_FILES, name: json.dumps(config).encode()}
     members: list[Member] = [(MANIFEST_NAME, yaml_of(SEQCLS_MANIFEST)), *files.items()]
     assert_refused(write_zip(tmp_path / "p.zip", members), tmp_path, UnsafePackage, f"sets '{key}'")
+
+
+def test_accepts_peft_class_hint_into_transformers(tmp_path: Path) -> None:
+    """peft writes auto_mapping for adapters of a bare AutoModel; the dock never follows it."""
+    hint = {"base_model_class": "BertModel", "parent_library": "transformers.models.bert.modeling_bert"}
+    config = {"model_type": "bert", "auto_mapping": hint}
+    files = {**SEQCLS_FILES, "model/config.json": json.dumps(config).encode()}
+    members: list[Member] = [(MANIFEST_NAME, yaml_of(SEQCLS_MANIFEST)), *files.items()]
+    assert extract_package(write_zip(tmp_path / "p.zip", members), tmp_path / "ok").root.is_dir()
 
 
 def test_refuses_a_config_that_is_not_json(tmp_path: Path) -> None:

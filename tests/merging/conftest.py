@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import torch
 from torch import Tensor
@@ -36,3 +38,12 @@ def lora_deltas(generator: torch.Generator) -> list[LoraDelta]:
         )
         for scale in (0.5, 1.0, 2.0)
     ]
+
+
+@pytest.fixture(autouse=True)
+def single_thread() -> Iterator[None]:
+    """The matrices here are tiny: one thread avoids fork-join overhead and contention on shared hosts."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -122,3 +122,14 @@ def test_pact_base_weight_of_the_wrong_shape_is_named(lora_deltas: list[LoraDelt
             {"pact": True},
             base_weights={NAME: torch.zeros(20, 24)},
         )
+
+
+@pytest.mark.parametrize("method", ["tsv_m", "iso_c", "iso_cts"])
+def test_the_same_learnware_twice_merges_the_same_on_both_paths(
+    method: str, lora_deltas: list[LoraDelta], base_weight: Tensor
+) -> None:
+    """Duplicated tasks give exactly dependent singular vectors; both paths must still agree."""
+    twice = [lora_deltas[0], lora_deltas[1], lora_deltas[0]]
+    lowrank = merge_lora([{NAME: delta} for delta in twice], method)[NAME]
+    dense = _dense_merge(method, {}, base_weight, [delta.dense() for delta in twice])
+    assert _relative_error(dense_update(lowrank), dense) < 1e-5

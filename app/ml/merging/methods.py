@@ -92,10 +92,22 @@ def numerical_rank(singular_values: Tensor, tol: float) -> int:
     return int((singular_values > tol).sum().item())
 
 
-def polar_factor(matrix: Tensor) -> Tensor:
-    """The orthogonal polar factor P·Qᵀ of `matrix` = P·Σ·Qᵀ: the nearest matrix with orthonormal columns."""
-    left, _, right_h = torch.linalg.svd(matrix, full_matrices=False)
-    return left @ right_h
+POLAR_RTOL = 1e-8
+"""Directions of a concatenation below this fraction of its largest singular value are dropped by
+`polar_factor`: identical task vectors (the same learnware twice) give exactly dependent columns."""
+
+
+def polar_factor(matrix: Tensor, rtol: float = POLAR_RTOL) -> Tensor:
+    """The polar factor P·Qᵀ of `matrix` = P·Σ·Qᵀ: the nearest matrix with orthonormal columns.
+
+    Only the directions with σ > rtol·σ_max are kept, so dependent columns (duplicated tasks) give a
+    well-defined partial isometry instead of arbitrary null-space vectors.
+    """
+    left, values, right_h = torch.linalg.svd(matrix, full_matrices=False)
+    if values.numel() == 0 or values[0].item() == 0.0:
+        return torch.zeros_like(matrix)
+    keep = numerical_rank(values, rtol * values[0].item())
+    return left[:, :keep] @ right_h[:keep]
 
 
 def mean_task_vector(taus: Sequence[Tensor], name: str = "tensor") -> Tensor:
@@ -179,9 +191,16 @@ def merge_dare(
     return merge_ties(dropped, k, lam, name)
 
 
-def top_singular_triplets(matrix: Tensor, k: int, tol: float) -> tuple[Tensor, Tensor, Tensor]:
-    """The top min(k, numerical rank) singular triplets (U: m×k, S: k, V: n×k) of `matrix`, in float64."""
+def top_singular_triplets(
+    matrix: Tensor, k: int, tol: float | None = None, rtol: float = RANK_RTOL
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The top min(k, numerical rank) singular triplets (U: m×k, S: k, V: n×k) of `matrix`, in float64.
+
+    Singular values at or below `tol` (default `rtol`·σ_max) count as zero.
+    """
     left, values, right_h = torch.linalg.svd(matrix.to(torch.float64), full_matrices=False)
+    if tol is None:
+        tol = rtol * values[0].item() if values.numel() else 0.0
     keep = min(k, numerical_rank(values, tol))
     return left[:, :keep], values[:keep], right_h[:keep].T
 
@@ -200,10 +219,8 @@ def merge_tsv_m(
     lefts, values, rights = [], [], []
     for tau in iter_task_vectors(taus, name, matrix=True):
         k = max(1, min(tau.shape) // len(taus))
-        tau64 = tau.to(torch.float64)
+        left, value, right = top_singular_triplets(tau, k, rtol=rtol)
         del tau
-        scale = torch.linalg.matrix_norm(tau64, ord=2).item()
-        left, value, right = top_singular_triplets(tau64, k, rtol * scale)
         lefts.append(left)
         values.append(value)
         rights.append(right)

@@ -26,6 +26,7 @@ sides padded or truncated).
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -103,6 +104,8 @@ class CrossStats:
     sums: dict[tuple[Statistic, str, int, int], torch.Tensor] = field(default_factory=dict)
     rows: int = 0
     examples: int = 0
+    seconds: float = 0.0
+    """Wall time of the calibration pass up to this snapshot."""
 
     def add(self, key: tuple[Statistic, str, int, int], a: torch.Tensor, b: torch.Tensor) -> None:
         prod = a.double().T @ b.double()
@@ -112,7 +115,9 @@ class CrossStats:
             self.sums[key] = prod
 
     def copy(self) -> CrossStats:
-        return CrossStats({k: v.clone() for k, v in self.sums.items()}, self.rows, self.examples)
+        return CrossStats(
+            {k: v.clone() for k, v in self.sums.items()}, self.rows, self.examples, self.seconds
+        )
 
     def matrix(self, statistic: Statistic, pair: LayerPair) -> torch.Tensor:
         group = INPUT_GROUP[pair.role] if statistic == "act_in" else pair.role
@@ -307,8 +312,8 @@ def collect_cross_stats(
 ) -> list[CrossStats]:
     """One forward (and, for gradients, backward) pass through both pretrained bases.
 
-    Returns the statistics after the first n examples for each n in ``checkpoints`` (default:
-    all of them), so nested calibration sets cost a single pass.
+    Returns the statistics after the first n examples for each n in ``checkpoints``, in
+    increasing order (default: all texts), so nested calibration sets cost a single pass.
     """
     texts = check_texts(texts)
     if len(labels) != len(texts):
@@ -316,7 +321,7 @@ def collect_cross_stats(
     y = torch.as_tensor(list(labels), dtype=torch.long)
     if y.min() < 0 or y.max() >= len(label_names):
         raise InvalidInput(
-            f"calibration labels must lie in [0, {len(label_names)}), got {y.min()}..{y.max()}"
+            f"calibration labels must lie in [0, {len(label_names)}), got {int(y.min())}..{int(y.max())}"
         )
     ends = sorted(set(checkpoints or [len(texts)]))
     if ends[0] < 1 or ends[-1] > len(texts):
@@ -330,6 +335,7 @@ def collect_cross_stats(
     snapshots: list[CrossStats] = []
     total = sum((e - s + batch_size - 1) // batch_size for s, e in zip([0, *ends[:-1]], ends, strict=True))
     done = 0
+    started = time.perf_counter()
     with _recording(source, keys_src, want) as rec_a, _recording(target, keys_tgt, want) as rec_b:
         start = 0
         for end in ends:
@@ -372,6 +378,7 @@ def collect_cross_stats(
                 done += 1
                 if progress:
                     progress(done, total, f"calibration pass, {stats.examples} examples")
+            stats.seconds = time.perf_counter() - started
             snapshots.append(stats.copy())
             start = end
     return snapshots

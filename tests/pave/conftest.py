@@ -10,7 +10,51 @@ from transformers import BertConfig, BertModel, BertTokenizerFast
 
 from app.ml.spec_space import SpecSpace, SpecSpaceConfig, load_space
 
-WORDS = ["good", "great", "fine", "bad", "awful", "poor", "movie", "film", "food", "service", "phone", "battery", "screen", "price", "love", "hate", "boring", "fun", "happy", "sad", "cheap", "slow", "fast", "weather", "music", "play", "book", "city", "news", "sport", "game", "team", "win", "lose", "market", "stock", "money", "spam", "free", "call", "text", "now", "prize"]
+WORDS = [
+    "good",
+    "great",
+    "fine",
+    "bad",
+    "awful",
+    "poor",
+    "movie",
+    "film",
+    "food",
+    "service",
+    "phone",
+    "battery",
+    "screen",
+    "price",
+    "love",
+    "hate",
+    "boring",
+    "fun",
+    "happy",
+    "sad",
+    "cheap",
+    "slow",
+    "fast",
+    "weather",
+    "music",
+    "play",
+    "book",
+    "city",
+    "news",
+    "sport",
+    "game",
+    "team",
+    "win",
+    "lose",
+    "market",
+    "stock",
+    "money",
+    "spam",
+    "free",
+    "call",
+    "text",
+    "now",
+    "prize",
+]
 
 
 def make_tiny_bert(folder: Path, hidden: int = 32, layers: int = 2, seed: int = 0) -> Path:

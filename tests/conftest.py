@@ -5,7 +5,9 @@ Only fixtures live here (nothing autouse), so the ML tests are not affected.
 
 from __future__ import annotations
 
+import hashlib
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -27,9 +29,27 @@ def datasets_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def package_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Where real learnware packages built by the tests are kept for the session."""
-    return tmp_path_factory.mktemp("packages")
+def package_dir() -> Path:
+    """Where real learnware packages built by the tests are kept between runs (the builders are
+    deterministic). The folder is named by a hash of the code that makes packages, so a change
+    to it builds them afresh. PAVEDOCK_TEST_PACKAGES overrides the location."""
+    root = Path(__file__).resolve().parents[1]
+    sources = ("app/ml/builders.py", "app/ml/packages.py", "app/ml/finetune.py", "app/ml/data.py")
+    digest = hashlib.sha256(b"".join((root / s).read_bytes() for s in sources)).hexdigest()[:12]
+    base = Path(os.environ.get("PAVEDOCK_TEST_PACKAGES", root / ".cache" / "pavedock" / "test-packages"))
+    folder = base / digest
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def cached(path: Path, build: Callable[[Path], Path]) -> Path:
+    """``path`` if an earlier run built it, else build it (atomically: a partial zip never stays)."""
+    if path.is_file():
+        return path
+    partial = path.with_name(f".{path.stem}.{os.getpid()}.zip")
+    build(partial)
+    partial.replace(path)
+    return path
 
 
 @pytest.fixture(scope="session")
@@ -38,8 +58,11 @@ def tfidf_packages(datasets_dir: Path, package_dir: Path) -> dict[str, Path]:
     from app.ml.builders import train_tfidf_onnx_learnware
     from app.ml.data import load_task
 
-    out = {}
-    for name in ("sst2", "trec", "sms_spam"):
-        task = load_task(datasets_dir, name, "train", limit=1500, seed=0)
-        out[name] = train_tfidf_onnx_learnware(task, package_dir / f"{name}-tfidf.zip")
-    return out
+    def build(name: str) -> Callable[[Path], Path]:
+        return lambda out: train_tfidf_onnx_learnware(
+            load_task(datasets_dir, name, "train", limit=1500, seed=0), out
+        )
+
+    return {
+        name: cached(package_dir / f"{name}-tfidf.zip", build(name)) for name in ("sst2", "trec", "sms_spam")
+    }

@@ -128,6 +128,7 @@ def serve(
     """
     import uvicorn
 
+    from app.admin.flower import start_flower
     from app.db.migrate import upgrade
     from app.settings import get_settings
 
@@ -140,6 +141,7 @@ def serve(
     if worker:
         embedded = _EmbeddedWorker(settings.worker_queues, concurrency or settings.worker_concurrency)
         embedded.start()
+    start_flower()
     try:
         uvicorn.run(
             "app.api.main:create_app",

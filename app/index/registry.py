@@ -127,7 +127,7 @@ class IndexRegistry:
     def _load(self, space_id: str) -> LiveIndex:
         with self.db.session() as session:
             record = self._space(session, space_id)
-            dim, epoch, db_version = record.dim, _epoch(record), record.index_version
+            dim, epoch, db_version = record.dim, index_epoch(record), record.index_version
         live = LiveIndex(space_id, dim, epoch)
         for version, path in reversed(self._files(space_id, epoch)):
             if version > db_version:
@@ -278,6 +278,6 @@ class IndexRegistry:
         return [self.info(live) for live in self._live.values()]
 
 
-def _epoch(record: SpecSpaceRecord) -> str:
+def index_epoch(record: SpecSpaceRecord) -> str:
     """Index files belong to one database: the space row's creation time names that database."""
     return format(int(record.created_at.timestamp() * 1e6), "x")

@@ -117,7 +117,8 @@ class JobContext:
 
 StageFn = Callable[[JobContext], None]
 """A stage's work. It ends by calling ``service.advance`` or ``service.succeed`` in its last
-transaction, and raises a DockError to fail the job with a reason."""
+transaction, and raises a DockError to fail the job with a reason. It reports progress and log
+lines between its transactions, never inside one (they use their own connection)."""
 
 
 class _Heartbeat(threading.Thread):

@@ -47,6 +47,7 @@ def fit_and_identify(ctx: JobContext) -> None:
         space, texts, labels, label_names, kind="task", progress=ctx.scaled(0.1, 0.8, "fitting the task spec")
     )
     ctx.log(f"fitted the task spec on {len(texts)} examples in {spec.meta['seconds']} s")
+    ctx.progress(0.85, "ranking learnwares", force=True)
     with ctx.runtime.db.session() as session:
         task = _task(session, ctx)
         row = spec_row(space_id, spec.vector, kind=SpecKind.task, source=SpecSource.computed, meta=spec.meta)
@@ -60,6 +61,7 @@ def fit_and_identify(ctx: JobContext) -> None:
 
 def identify(ctx: JobContext) -> None:
     """Rank the learnwares against a task's stored spec."""
+    ctx.progress(0.5, "ranking learnwares", force=True)
     with ctx.runtime.db.session() as session:
         task = _task(session, ctx)
         spec = session.get(Spec, task.spec_id) if task.spec_id else None
@@ -70,7 +72,8 @@ def identify(ctx: JobContext) -> None:
 
 
 def _rank_and_finish(ctx: JobContext, session: Session, task: UserTask, vector: np.ndarray) -> None:
-    ctx.progress(0.85, "ranking learnwares", force=True)
+    """Rank and record, in the caller's transaction (no ``ctx.progress`` here: it writes through
+    another connection, which SQLite would block behind this transaction's write lock)."""
     results, version = rank(session, ctx.runtime, task.space_id, vector, task.top_k)
     task.results = results
     task.index_version = version

@@ -1,0 +1,827 @@
+"""The merging benchmark (BENCHMARK.md "Merging") on the real base and the real text tasks.
+
+Learnwares: one LoRA adapter per task (r = 8 on `query`/`value` of all-MiniLM-L6-v2, peft) with
+the training-free label-name head, trained by the dock's own trainer on the task's train split
+minus a dev split carved from it (seeded); adapters are cached, so a second run trains nothing.
+
+Merges: groups of 2, 4 and 8 tasks, every method of the registry with and without PACT, through
+the low-rank path (`merge_lora`, equal to the dense path up to rounding; the tests prove it).
+Each method's λ or α is chosen per group on the dev splits (mean normalised dev accuracy), never
+on test. The merged model is evaluated on each task's test split (capped) with that task's label
+names; normalised accuracy = merged ÷ the task's own learnware, averaged over the group's tasks
+and then over the groups of a size.
+
+Cost: low-rank against dense path for the methods that have both (8-task group, best of a few
+repeats), and the streaming driver over real safetensors checkpoints (base + 8 LoRA-merged fine-
+tunes) per variant: seconds and peak memory, measured in a fresh process as the growth of its
+anonymous resident memory (sampled every 2 ms), against the size of the base's weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from torch import Tensor
+from tqdm import tqdm
+
+from app.ml.data import TextTask, load_task
+from app.ml.encoders import Encoder, TokenBatch, load_encoder, mean_pool, token_batches
+from app.ml.errors import InvalidInput
+from app.ml.finetune import LoraClassifier
+from app.ml.head import LabelNameHead
+from app.ml.merging.driver import Progress, dense_update, merge_into_safetensors, merge_lora
+from app.ml.merging.lowrank import LoraDelta
+from app.ml.merging.registry import METHODS, get_method, merge_delta
+from app.ml.merging.sources import SafetensorsSource
+
+T = TypeVar("T")
+
+BASE = "all-MiniLM-L6-v2"
+LOWRANK_METHODS = ("task_arithmetic", "tsv_m", "iso_c", "iso_cts")
+
+
+@dataclass(frozen=True)
+class MergeBenchProfile:
+    """Everything that sizes a run of the merging benchmark."""
+
+    name: str
+    tasks: tuple[str, ...]
+    group_sizes: tuple[int, ...]
+    groups_per_size: int
+    """1: nested prefixes of `tasks`; more: that many seeded random groups per size below len(tasks)."""
+    train_steps: int
+    train_batch: int
+    train_lr: float
+    lora_rank: int
+    lora_alpha: float
+    max_tokens: int
+    dev_size: int
+    test_cap: int
+    grids: Mapping[str, tuple[float, ...]]
+    """Candidate λ (task_arithmetic, ties, dare) or α (tsv_m, iso_c, iso_cts), chosen on dev."""
+    fixed: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
+    """Parameters held at one value per method."""
+    pact: Mapping[str, object] = field(default_factory=dict)
+    """PACT's parameters for the `pact+` variants (besides pact=True)."""
+    timing_repeats: int = 3
+    seed: int = 0
+
+
+QUICK_TASKS = ("sst2", "ag_news", "trec", "sms_spam", "subj", "snips", "tweet_emotion", "tweet_offensive")
+
+_FIXED: dict[str, dict[str, object]] = {
+    "ties": {"k": 0.2},
+    "dare": {"p": 0.5, "combine": "task_arithmetic", "seed": 0},
+    "iso_cts": {"common_fraction": 0.8},
+}
+
+PROFILES: dict[str, MergeBenchProfile] = {
+    "smoke": MergeBenchProfile(
+        name="smoke",
+        tasks=("sst2", "trec"),
+        group_sizes=(2,),
+        groups_per_size=1,
+        train_steps=4,
+        train_batch=8,
+        train_lr=2e-3,
+        lora_rank=8,
+        lora_alpha=16.0,
+        max_tokens=32,
+        dev_size=16,
+        test_cap=24,
+        grids=dict.fromkeys(METHODS, (1.0,)),
+        fixed=_FIXED,
+        timing_repeats=1,
+    ),
+    "quick": MergeBenchProfile(
+        name="quick",
+        tasks=QUICK_TASKS,
+        group_sizes=(2, 4, 8),
+        groups_per_size=1,
+        train_steps=60,
+        train_batch=16,
+        train_lr=2e-3,
+        lora_rank=8,
+        lora_alpha=16.0,
+        max_tokens=64,
+        dev_size=48,
+        test_cap=150,
+        grids={
+            "task_arithmetic": (0.3, 0.6, 1.0),
+            "ties": (0.6, 1.0, 1.5),
+            "dare": (0.3, 0.6, 1.0),
+            "tsv_m": (0.3, 0.6, 1.0),
+            "iso_c": (0.5, 1.0, 2.0),
+            "iso_cts": (0.5, 1.0, 2.0),
+        },
+        fixed=_FIXED,
+    ),
+    "full": MergeBenchProfile(
+        name="full",
+        tasks=QUICK_TASKS,
+        group_sizes=(2, 4, 8),
+        groups_per_size=4,
+        train_steps=300,
+        train_batch=16,
+        train_lr=2e-3,
+        lora_rank=8,
+        lora_alpha=16.0,
+        max_tokens=128,
+        dev_size=200,
+        test_cap=1000,
+        grids={
+            "task_arithmetic": (0.2, 0.3, 0.45, 0.6, 0.8, 1.0),
+            "ties": (0.4, 0.6, 0.8, 1.0, 1.25, 1.5),
+            "dare": (0.2, 0.3, 0.45, 0.6, 0.8, 1.0),
+            "tsv_m": (0.2, 0.3, 0.45, 0.6, 0.8, 1.0),
+            "iso_c": (0.5, 0.75, 1.0, 1.5, 2.0, 3.0),
+            "iso_cts": (0.5, 0.75, 1.0, 1.5, 2.0, 3.0),
+        },
+        fixed=_FIXED,
+    ),
+}
+
+
+def scale_param(method: str) -> str:
+    """The name of the scale a method's grid searches: λ (`lam`) or α (`alpha`)."""
+    names = {spec.name for spec in get_method(method).params}
+    return "lam" if "lam" in names else "alpha"
+
+
+def variants() -> list[tuple[str, str, bool]]:
+    """(key, method, pact) for every method with and without PACT: `iso_c`, `pact+iso_c`, …"""
+    return [(("pact+" if pact else "") + name, name, pact) for name in METHODS for pact in (False, True)]
+
+
+@dataclass
+class _Task:
+    name: str
+    label_names: list[str]
+    train: TextTask
+    dev: TextTask
+    test: TextTask
+    head: LabelNameHead | None = None
+    dev_batches: list[TokenBatch] = field(default_factory=list)
+    test_batches: list[TokenBatch] = field(default_factory=list)
+
+
+def _split_task(datasets_dir: Path, name: str, profile: MergeBenchProfile) -> _Task:
+    train = load_task(datasets_dir, name, "train")
+    if len(train) <= profile.dev_size:
+        raise InvalidInput(f"task {name!r} has {len(train)} training rows, too few to carve a dev split")
+    order = np.random.default_rng(profile.seed).permutation(len(train))
+    test = load_task(datasets_dir, name, "test", limit=profile.test_cap, seed=profile.seed)
+    return _Task(
+        name,
+        train.label_names,
+        train.subset(np.sort(order[profile.dev_size :])),
+        train.subset(np.sort(order[: profile.dev_size])),
+        test,
+    )
+
+
+def _adapter_key(task: _Task, profile: MergeBenchProfile, base_sha: str) -> str:
+    recipe = {
+        "task": task.name,
+        "base": base_sha,
+        "rows": len(task.train),
+        "steps": profile.train_steps,
+        "batch": profile.train_batch,
+        "lr": profile.train_lr,
+        "rank": profile.lora_rank,
+        "alpha": profile.lora_alpha,
+        "max_tokens": profile.max_tokens,
+        "dev_size": profile.dev_size,
+        "seed": profile.seed,
+    }
+    digest = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
+    return f"{task.name}-{digest}"
+
+
+def _train_adapter(task: _Task, profile: MergeBenchProfile, folder: Path) -> dict[str, float]:
+    """Train (or find cached) the task's LoRA learnware; returns its training facts."""
+    meta_path = folder / "bench_meta.json"
+    if meta_path.is_file() and (folder / "adapter_model.safetensors").is_file():
+        cached: dict[str, float] = json.loads(meta_path.read_text())
+        return cached
+    classifier = LoraClassifier.new(BASE, rank=profile.lora_rank, alpha=profile.lora_alpha, seed=profile.seed)
+    classifier.max_tokens = profile.max_tokens
+    start = time.perf_counter()
+    losses = classifier.fit(
+        task.train.texts,
+        task.train.labels,
+        task.label_names,
+        steps=profile.train_steps,
+        lr=profile.train_lr,
+        batch_size=profile.train_batch,
+        seed=profile.seed,
+    )
+    facts = {"train_seconds": time.perf_counter() - start, "final_loss": float(np.mean(losses[-10:]))}
+    classifier.save(folder)
+    meta_path.write_text(json.dumps(facts))
+    return facts
+
+
+def load_lora_learnware(adapter_dir: Path) -> dict[str, LoraDelta]:
+    """A peft LoRA adapter as {base weight name: LoraDelta(B, A, lora_alpha / r)}."""
+    config = json.loads((adapter_dir / "adapter_config.json").read_text())
+    rank = int(config["r"])
+    alpha = float(config["lora_alpha"])
+    scale = alpha / (rank**0.5) if config.get("use_rslora") else alpha / rank
+    tensors = load_file(str(adapter_dir / "adapter_model.safetensors"))
+    out: dict[str, LoraDelta] = {}
+    for key, a in tensors.items():
+        if ".lora_A." not in key:
+            continue
+        module = key.split(".lora_A.")[0].removeprefix("base_model.model.")
+        b = tensors[key.replace(".lora_A.", ".lora_B.")]
+        out[f"{module}.weight"] = LoraDelta(B=b.float(), A=a.float(), scale=scale)
+    if not out:
+        raise InvalidInput(f"no LoRA factors in {adapter_dir}")
+    return out
+
+
+class _Evaluator:
+    """The base with swappable merged weights, and each task's pre-tokenised dev and test batches."""
+
+    def __init__(self, encoder: Encoder, names: Sequence[str]) -> None:
+        self.encoder = encoder
+        self.params = dict(encoder.model.named_parameters())
+        missing = [name for name in names if name not in self.params]
+        if missing:
+            raise InvalidInput(f"the base has no weights {missing[:3]}")
+        self.base = {name: self.params[name].detach().clone() for name in names}
+
+    def prepare(self, task: _Task, max_tokens: int) -> None:
+        """Embed the label names with the untouched base and tokenise the splits once."""
+        self.set_updates({})
+        task.head = LabelNameHead.from_names(self.encoder, task.label_names)
+        for split, target in ((task.dev, task.dev_batches), (task.test, task.test_batches)):
+            target.extend(
+                token_batches(
+                    self.encoder.tokenizer,
+                    split.texts,
+                    batch_size=64,
+                    max_tokens=max_tokens,
+                    device=self.encoder.device,
+                )
+            )
+
+    @torch.no_grad()
+    def set_updates(self, updates: Mapping[str, Tensor]) -> None:
+        """θ = θ0 + update on the touched weights (θ0 elsewhere)."""
+        for name, weight in self.base.items():
+            update = updates.get(name)
+            self.params[name].copy_(weight if update is None else weight + update)
+
+    @torch.inference_mode()
+    def accuracy(self, task: _Task, split: str) -> float:
+        assert task.head is not None
+        batches, labels = (
+            (task.dev_batches, task.dev.labels) if split == "dev" else (task.test_batches, task.test.labels)
+        )
+        correct = 0
+        for batch in batches:
+            hidden = self.encoder.model(**batch.inputs).last_hidden_state
+            logits = task.head.logits(mean_pool(hidden, batch.inputs["attention_mask"]))
+            predicted = logits.argmax(dim=-1).cpu().numpy()
+            correct += int((predicted == labels[batch.indices]).sum())
+        return correct / len(labels)
+
+
+def _groups(profile: MergeBenchProfile) -> dict[int, list[tuple[str, ...]]]:
+    rng = np.random.default_rng(profile.seed)
+    out: dict[int, list[tuple[str, ...]]] = {}
+    for size in profile.group_sizes:
+        if size > len(profile.tasks) or size < 2:
+            raise InvalidInput(f"group size {size} does not fit {len(profile.tasks)} tasks")
+        if profile.groups_per_size == 1 or size == len(profile.tasks):
+            out[size] = [profile.tasks[:size]]
+        else:
+            seen: list[tuple[str, ...]] = []
+            while len(seen) < profile.groups_per_size:
+                group = tuple(
+                    profile.tasks[i] for i in sorted(rng.choice(len(profile.tasks), size, replace=False))
+                )
+                if group not in seen:
+                    seen.append(group)
+            out[size] = seen
+    return out
+
+
+def _params(profile: MergeBenchProfile, method: str, pact: bool, scale: float) -> dict[str, object]:
+    params: dict[str, object] = dict(profile.fixed.get(method, {}))
+    params[scale_param(method)] = scale
+    if pact:
+        params.update({"pact": True, **profile.pact})
+    return params
+
+
+def _dense_updates(updates: Mapping[str, LoraDelta | Tensor]) -> dict[str, Tensor]:
+    return {name: dense_update(update) for name, update in updates.items()}
+
+
+def _timed(repeats: int, run: Callable[[], T]) -> tuple[float, T]:
+    """Best wall-clock seconds of `run` and its last result; repeats only while a run takes under 1 s."""
+    start = time.perf_counter()
+    result = run()
+    best = time.perf_counter() - start
+    for _ in range(repeats - 1):
+        if best >= 1.0:
+            break
+        start = time.perf_counter()
+        result = run()
+        best = min(best, time.perf_counter() - start)
+    return best, result
+
+
+def _anonymous_rss() -> int:
+    """Resident anonymous memory of this process in bytes (Linux), else its whole RSS."""
+    try:
+        with Path("/proc/self/status").open() as status:
+            for line in status:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import psutil
+
+    return int(psutil.Process().memory_info().rss)
+
+
+@contextmanager
+def _peak_memory() -> Iterator[dict[str, int]]:
+    """Sample anonymous RSS every 2 ms; yields a dict that gets `peak_growth` on exit."""
+    record = {"start": _anonymous_rss(), "peak": 0}
+    record["peak"] = record["start"]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            record["peak"] = max(record["peak"], _anonymous_rss())
+            stop.wait(0.002)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        yield record
+    finally:
+        stop.set()
+        sampler.join()
+        record["peak"] = max(record["peak"], _anonymous_rss())
+        record["peak_growth"] = record["peak"] - record["start"]
+
+
+def measure_streaming_merges(
+    base_path: str, finetuned_paths: list[str], jobs: list[tuple[str, str, dict[str, object]]], out_dir: str
+) -> dict[str, dict[str, float]]:
+    """Run each (key, method, params) merge with the streaming driver into a safetensors file under
+    `out_dir`; seconds and peak anonymous-memory growth per key. Meant for a fresh process."""
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    results: dict[str, dict[str, float]] = {}
+    for key, method, params in jobs:
+        out = Path(out_dir) / f"{key.replace('+', '_')}.safetensors"
+        base = SafetensorsSource(base_path)
+        finetuned = [SafetensorsSource(path) for path in finetuned_paths]
+        with _peak_memory() as memory:
+            start = time.perf_counter()
+            stats = merge_into_safetensors(base, finetuned, method, params, out)
+            seconds = time.perf_counter() - start
+        results[key] = {
+            "seconds": seconds,
+            "peak_memory_bytes": float(memory["peak_growth"]),
+            "merged_tensors": float(stats.merged + stats.averaged),
+        }
+        out.unlink()
+    return results
+
+
+def _streaming_child() -> None:
+    """Entry point of the fresh measuring process: a JSON request on stdin, JSON results on stdout."""
+    request = json.loads(sys.stdin.read())
+    jobs = [(key, method, params) for key, method, params in request["jobs"]]
+    results = measure_streaming_merges(request["base"], request["finetuned"], jobs, request["out_dir"])
+    sys.stdout.write("\n" + json.dumps(results) + "\n")
+
+
+def _run_streaming_child(request: Mapping[str, object]) -> dict[str, dict[str, float]]:
+    """Run `measure_streaming_merges` in a fresh interpreter (not a fork: its memory starts clean, and
+    it does not re-import the caller's __main__ as multiprocessing's spawn would)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path for path in sys.path if path))
+    completed = subprocess.run(
+        [sys.executable, "-c", "from app.ml.merging.bench import _streaming_child; _streaming_child()"],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    if completed.returncode != 0:
+        raise RuntimeError(f"the streaming-merge measurement failed:\n{completed.stderr[-4000:]}")
+    results: dict[str, dict[str, float]] = json.loads(completed.stdout.strip().splitlines()[-1])
+    return results
+
+
+def _machine() -> dict[str, object]:
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }
+
+
+class _Steps:
+    """Counts benchmark steps for the progress callback (or a tqdm bar when none is given)."""
+
+    def __init__(self, total: int, progress: Progress | None) -> None:
+        self.total = total
+        self.done = 0
+        self._progress = progress
+        self._bar = (
+            tqdm(total=total, desc="merge bench", unit="step", dynamic_ncols=True)
+            if progress is None
+            else None
+        )
+
+    def step(self, message: str) -> None:
+        self.done += 1
+        if self._progress is not None:
+            self._progress(self.done, self.total, message)
+        if self._bar is not None:
+            self._bar.set_postfix_str(message, refresh=False)
+            self._bar.update(1)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def run_merge_benchmark(
+    profile: str,
+    out: Path,
+    datasets_dir: Path,
+    progress: Progress | None = None,
+    cache_dir: Path | None = None,
+) -> dict[str, object]:
+    """Run the merging benchmark; writes JSON to `out` and a Markdown table beside it (`.md`).
+
+    `cache_dir` keeps the trained adapters (default: `<out's folder>/.cache/merge`).
+    """
+    if profile not in PROFILES:
+        raise InvalidInput(f"unknown merge benchmark profile {profile!r}; known: {', '.join(PROFILES)}")
+    spec = PROFILES[profile]
+    out = Path(out)
+    cache = Path(cache_dir) if cache_dir is not None else out.parent / ".cache" / "merge"
+    started = time.perf_counter()
+    stage_seconds: dict[str, float] = {}
+    groups = _groups(spec)
+    all_variants = variants()
+    eval_steps = sum(
+        len(group_list) * sum(len(spec.grids[method]) + 1 for _, method, _ in all_variants)
+        for group_list in groups.values()
+    )
+    timing_keys = [key for key, method, _ in all_variants if method in LOWRANK_METHODS]
+    steps = _Steps(2 * len(spec.tasks) + eval_steps + len(timing_keys) + 1, progress)
+    try:
+        tasks = {name: _split_task(Path(datasets_dir), name, spec) for name in spec.tasks}
+        base_encoder = load_encoder(BASE)
+        adapters_dir = cache / "adapters"
+        train_facts: dict[str, dict[str, float]] = {}
+        learnwares: dict[str, dict[str, LoraDelta]] = {}
+        stage = time.perf_counter()
+        for name, task in tasks.items():
+            folder = adapters_dir / _adapter_key(task, spec, base_encoder.sha256)
+            train_facts[name] = _train_adapter(task, spec, folder)
+            learnwares[name] = load_lora_learnware(folder)
+            steps.step(f"learnware {name}")
+        stage_seconds["train"] = time.perf_counter() - stage
+
+        stage = time.perf_counter()
+        weight_names = sorted({weight for learnware in learnwares.values() for weight in learnware})
+        evaluator = _Evaluator(load_encoder(BASE, fresh=True), weight_names)
+        per_task: dict[str, dict[str, float]] = {}
+        for name, task in tasks.items():
+            evaluator.prepare(task, spec.max_tokens)
+            zero_shot = evaluator.accuracy(task, "test")
+            evaluator.set_updates(_dense_updates(learnwares[name]))
+            per_task[name] = {
+                "own_test": evaluator.accuracy(task, "test"),
+                "own_dev": evaluator.accuracy(task, "dev"),
+                "zero_shot_test": zero_shot,
+                "test_examples": float(len(task.test)),
+                "dev_examples": float(len(task.dev)),
+                **train_facts[name],
+            }
+            evaluator.set_updates({})
+            steps.step(f"own accuracy {name}")
+        stage_seconds["individual"] = time.perf_counter() - stage
+
+        stage = time.perf_counter()
+        runs: list[dict[str, object]] = []
+        for size, group_list in groups.items():
+            for group in group_list:
+                members = [learnwares[name] for name in group]
+                for key, method, pact in all_variants:
+                    best: tuple[float, float, dict[str, Tensor]] | None = None
+                    for scale in spec.grids[method]:
+                        updates = _dense_updates(
+                            merge_lora(
+                                members,
+                                method,
+                                _params(spec, method, pact, scale),
+                                base_weights=evaluator.base,
+                            )
+                        )
+                        evaluator.set_updates(updates)
+                        dev = float(
+                            np.mean(
+                                [evaluator.accuracy(tasks[n], "dev") / per_task[n]["own_dev"] for n in group]
+                            )
+                        )
+                        if best is None or dev > best[0]:
+                            best = (dev, scale, updates)
+                        steps.step(f"{key} ×{size} {scale_param(method)}={scale} dev {dev:.3f}")
+                    assert best is not None
+                    evaluator.set_updates(best[2])
+                    test = {n: evaluator.accuracy(tasks[n], "test") for n in group}
+                    runs.append(
+                        {
+                            "variant": key,
+                            "group_size": size,
+                            "tasks": list(group),
+                            "chosen": {scale_param(method): best[1]},
+                            "dev_normalized_accuracy": best[0],
+                            "test_accuracy": test,
+                            "normalized_accuracy": {n: test[n] / per_task[n]["own_test"] for n in group},
+                        }
+                    )
+                    steps.step(f"{key} ×{size} test")
+        evaluator.set_updates({})
+        stage_seconds["merge_and_evaluate"] = time.perf_counter() - stage
+
+        stage = time.perf_counter()
+        group8 = groups[max(groups)][0]
+        members = [learnwares[name] for name in group8]
+        chosen = {
+            run["variant"]: run["chosen"]
+            for run in runs
+            if run["group_size"] == max(groups) and run["tasks"] == list(group8)
+        }
+        lowrank: dict[str, dict[str, float]] = {}
+        for key, method, pact in all_variants:
+            if method not in LOWRANK_METHODS:
+                continue
+            chosen_scale = chosen[key]
+            assert isinstance(chosen_scale, dict)
+            params = _params(spec, method, pact, float(chosen_scale[scale_param(method)]))
+            lowrank[key] = _time_lowrank_against_dense(
+                members, method, params, evaluator.base, spec.timing_repeats
+            )
+            steps.step(f"low-rank timing {key}")
+        stage_seconds["lowrank_timing"] = time.perf_counter() - stage
+
+        stage = time.perf_counter()
+        jobs = []
+        for key, method, pact in all_variants:
+            chosen_scale = chosen[key]
+            assert isinstance(chosen_scale, dict)
+            jobs.append((key, method, _params(spec, method, pact, float(chosen_scale[scale_param(method)]))))
+        streaming, base_bytes = _measure_streaming(
+            evaluator, [learnwares[name] for name in group8], jobs, cache
+        )
+        steps.step("streaming merges")
+        stage_seconds["streaming"] = time.perf_counter() - stage
+    finally:
+        steps.close()
+
+    result = _summarise(spec, groups, per_task, runs, lowrank, streaming, base_bytes)
+    result["stage_seconds"] = stage_seconds
+    result["seconds_total"] = time.perf_counter() - started
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    out.with_suffix(".md").write_text(merge_markdown(result))
+    return result
+
+
+def _time_lowrank_against_dense(
+    members: Sequence[Mapping[str, LoraDelta]],
+    method: str,
+    params: dict[str, object],
+    base_weights: Mapping[str, Tensor],
+    repeats: int,
+) -> dict[str, float]:
+    """Seconds of the low-rank path (factors out) and of the dense path (dense τ in, per weight)."""
+    spec = get_method(method)
+    resolved = spec.resolve(params)
+    names = sorted({name for member in members for name in member})
+    dense_taus = {
+        name: [
+            member[name].dense() if name in member else torch.zeros(base_weights[name].shape)
+            for member in members
+        ]
+        for name in names
+    }
+    lowrank_seconds, factors = _timed(
+        repeats, lambda: merge_lora(members, method, params, base_weights=base_weights)
+    )
+    dense_seconds, dense = _timed(
+        repeats,
+        lambda: {
+            name: merge_delta(name, base_weights[name], dense_taus[name], spec, resolved) for name in names
+        },
+    )
+    worst = 0.0
+    for name in names:
+        difference = torch.linalg.norm(dense_update(factors[name]) - dense[name]) / torch.linalg.norm(
+            dense[name]
+        ).clamp(min=1e-30)
+        worst = max(worst, float(difference))
+    return {
+        "lowrank_seconds": lowrank_seconds,
+        "dense_seconds": dense_seconds,
+        "speedup": dense_seconds / lowrank_seconds,
+        "max_relative_difference": worst,
+    }
+
+
+def _measure_streaming(
+    evaluator: _Evaluator,
+    members: Sequence[Mapping[str, LoraDelta]],
+    jobs: list[tuple[str, str, dict[str, object]]],
+    cache: Path,
+) -> tuple[dict[str, dict[str, float]], int]:
+    """Write the base and each learnware merged into it as safetensors checkpoints, then time the
+    streaming driver on them in a fresh process."""
+    evaluator.set_updates({})
+    base_state = {
+        name: tensor.detach().clone().contiguous()
+        for name, tensor in evaluator.encoder.model.state_dict().items()
+    }
+    base_bytes = sum(tensor.numel() * tensor.element_size() for tensor in base_state.values())
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache, prefix="streaming-") as scratch:
+        base_path = Path(scratch) / "base.safetensors"
+        save_file(base_state, str(base_path))
+        paths = []
+        for index, member in enumerate(members):
+            tuned = dict(base_state)
+            for name, delta in member.items():
+                tuned[name] = (base_state[name] + delta.dense()).contiguous()
+            path = Path(scratch) / f"learnware{index}.safetensors"
+            save_file(tuned, str(path))
+            paths.append(str(path))
+        del base_state
+        request = {"base": str(base_path), "finetuned": paths, "jobs": jobs, "out_dir": scratch}
+        results = _run_streaming_child(request)
+    return results, base_bytes
+
+
+def _summarise(
+    spec: MergeBenchProfile,
+    groups: Mapping[int, list[tuple[str, ...]]],
+    per_task: Mapping[str, Mapping[str, float]],
+    runs: list[dict[str, object]],
+    lowrank: Mapping[str, Mapping[str, float]],
+    streaming: Mapping[str, Mapping[str, float]],
+    base_bytes: int,
+) -> dict[str, object]:
+    normalized: dict[str, dict[str, float]] = {}
+    absolute: dict[str, dict[str, float]] = {}
+    chosen: dict[str, dict[str, list[object]]] = {}
+    for key, _, _ in variants():
+        normalized[key], absolute[key], chosen[key] = {}, {}, {}
+        for size in groups:
+            mine = [run for run in runs if run["variant"] == key and run["group_size"] == size]
+            group_norm, group_abs = [], []
+            for run in mine:
+                norm = run["normalized_accuracy"]
+                test = run["test_accuracy"]
+                assert isinstance(norm, dict) and isinstance(test, dict)
+                group_norm.append(float(np.mean(list(norm.values()))))
+                group_abs.append(float(np.mean(list(test.values()))))
+            normalized[key][str(size)] = float(np.mean(group_norm))
+            absolute[key][str(size)] = float(np.mean(group_abs))
+            chosen[key][str(size)] = [run["chosen"] for run in mine]
+    zero_shot = {
+        str(size): float(
+            np.mean(
+                [
+                    np.mean([per_task[n]["zero_shot_test"] / per_task[n]["own_test"] for n in group])
+                    for group in group_list
+                ]
+            )
+        )
+        for size, group_list in groups.items()
+    }
+    return {
+        "benchmark": "merging",
+        "profile": spec.name,
+        "settings": {
+            **asdict(spec),
+            "grids": dict(spec.grids),
+            "fixed": dict(spec.fixed),
+            "pact": dict(spec.pact),
+        },
+        "base": BASE,
+        "machine": _machine(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "groups": {str(size): [list(group) for group in group_list] for size, group_list in groups.items()},
+        "tasks": per_task,
+        "normalized_accuracy": normalized,
+        "absolute_accuracy": absolute,
+        "zero_shot_normalized_accuracy": zero_shot,
+        "chosen_hyperparameters": chosen,
+        "runs": runs,
+        "lowrank_speedup": {key: values["speedup"] for key, values in lowrank.items()},
+        "lowrank_timing": lowrank,
+        "merge_seconds": {key: values["seconds"] for key, values in streaming.items()},
+        "peak_memory_bytes": {key: int(values["peak_memory_bytes"]) for key, values in streaming.items()},
+        "base_bytes": base_bytes,
+    }
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A GitHub-flavoured Markdown table; floats with three decimals."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_cell(value) for value in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def merge_markdown(result: Mapping[str, object]) -> str:
+    """The benchmark's result as Markdown: normalised and absolute accuracy per method and group
+    size, time and memory of the streaming merge, the low-rank speed-up, and the learnwares."""
+    normalized = result["normalized_accuracy"]
+    absolute = result["absolute_accuracy"]
+    zero_shot = result["zero_shot_normalized_accuracy"]
+    seconds = result["merge_seconds"]
+    memory = result["peak_memory_bytes"]
+    base_bytes = result["base_bytes"]
+    speedup = result["lowrank_speedup"]
+    tasks = result["tasks"]
+    assert isinstance(normalized, dict) and isinstance(absolute, dict) and isinstance(zero_shot, dict)
+    assert isinstance(seconds, dict) and isinstance(memory, dict) and isinstance(base_bytes, int)
+    assert isinstance(speedup, dict) and isinstance(tasks, dict)
+    sizes = sorted(zero_shot, key=int)
+    header = (
+        ["method"]
+        + [f"norm. acc ×{size}" for size in sizes]
+        + [f"abs. acc ×{size}" for size in sizes]
+        + ["merge s (×8, streaming)", "peak mem ÷ base", "low-rank speed-up"]
+    )
+    rows: list[list[object]] = []
+    for key in normalized:
+        rows.append(
+            [f"`{key}`"]
+            + [normalized[key][size] for size in sizes]
+            + [absolute[key][size] for size in sizes]
+            + [
+                seconds.get(key, "–"),
+                memory[key] / base_bytes if key in memory else "–",
+                f"{speedup[key]:.1f}×" if key in speedup else "–",
+            ]
+        )
+    rows.append(["zero-shot base"] + [zero_shot[size] for size in sizes] + ["–"] * (len(sizes) + 3))
+    task_rows = [
+        [name, facts["own_test"], facts["zero_shot_test"], facts["own_dev"], int(facts["test_examples"])]
+        for name, facts in tasks.items()
+    ]
+    return (
+        "\n\n".join(
+            [
+                f"# Merging benchmark ({result['profile']}, {result['date']})",
+                markdown_table(header, rows),
+                f"Base weights: {base_bytes / 2**20:.1f} MiB; peak memory is the growth of the merging process's "
+                "anonymous resident memory during a streaming merge of the base and 8 LoRA-merged checkpoints.",
+                "## Learnwares",
+                markdown_table(
+                    ["task", "own test acc", "zero-shot test acc", "own dev acc", "test examples"], task_rows
+                ),
+            ]
+        )
+        + "\n"
+    )

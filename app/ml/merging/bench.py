@@ -389,13 +389,16 @@ def _peak_memory() -> Iterator[dict[str, int]]:
 
 
 def measure_streaming_merges(
-    base_path: str, finetuned_paths: list[str], jobs: list[tuple[str, str, dict[str, object]]], out_dir: str
+    base_path: str,
+    finetuned_paths: list[str],
+    jobs: list[tuple[str, str, dict[str, object]]],
+    out_dir: str,
+    progress: Progress | None = None,
 ) -> dict[str, dict[str, float]]:
     """Run each (key, method, params) merge with the streaming driver into a safetensors file under
     `out_dir`; seconds and peak anonymous-memory growth per key. Meant for a fresh process."""
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
     results: dict[str, dict[str, float]] = {}
-    for key, method, params in jobs:
+    for done, (key, method, params) in enumerate(jobs, start=1):
         out = Path(out_dir) / f"{key.replace('+', '_')}.safetensors"
         base = SafetensorsSource(base_path)
         finetuned = [SafetensorsSource(path) for path in finetuned_paths]
@@ -409,32 +412,56 @@ def measure_streaming_merges(
             "merged_tensors": float(stats.merged + stats.averaged),
         }
         out.unlink()
+        if progress is not None:
+            progress(done, len(jobs), f"streaming {key} {seconds:.1f} s")
     return results
 
 
+_RESULT = "RESULT "
+
+
 def _streaming_child() -> None:
-    """Entry point of the fresh measuring process: a JSON request on stdin, JSON results on stdout."""
+    """Entry point of the fresh measuring process: a JSON request on stdin; a progress line per merge
+    and then the JSON results on stdout."""
     request = json.loads(sys.stdin.read())
     jobs = [(key, method, params) for key, method, params in request["jobs"]]
-    results = measure_streaming_merges(request["base"], request["finetuned"], jobs, request["out_dir"])
-    sys.stdout.write("\n" + json.dumps(results) + "\n")
+
+    def report(done: int, total: int, message: str) -> None:
+        print(message, flush=True)
+
+    results = measure_streaming_merges(
+        request["base"], request["finetuned"], jobs, request["out_dir"], report
+    )
+    print(_RESULT + json.dumps(results), flush=True)
 
 
-def _run_streaming_child(request: Mapping[str, object]) -> dict[str, dict[str, float]]:
+def _run_streaming_child(
+    request: Mapping[str, object], on_line: Callable[[str], None]
+) -> dict[str, dict[str, float]]:
     """Run `measure_streaming_merges` in a fresh interpreter (not a fork: its memory starts clean, and
     it does not re-import the caller's __main__ as multiprocessing's spawn would)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(path for path in sys.path if path))
-    completed = subprocess.run(
-        [sys.executable, "-c", "from app.ml.merging.bench import _streaming_child; _streaming_child()"],
-        input=json.dumps(request),
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-    )
-    if completed.returncode != 0:
-        raise RuntimeError(f"the streaming-merge measurement failed:\n{completed.stderr[-4000:]}")
-    results: dict[str, dict[str, float]] = json.loads(completed.stdout.strip().splitlines()[-1])
+    with tempfile.TemporaryFile(mode="w+") as errors:
+        child = subprocess.Popen(
+            [sys.executable, "-c", "from app.ml.merging.bench import _streaming_child; _streaming_child()"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+            env=env,
+        )
+        assert child.stdin is not None and child.stdout is not None
+        child.stdin.write(json.dumps(request))
+        child.stdin.close()
+        results: dict[str, dict[str, float]] | None = None
+        for line in child.stdout:
+            if line.startswith(_RESULT):
+                results = json.loads(line[len(_RESULT) :])
+            else:
+                on_line(line.strip())
+        if child.wait() != 0 or results is None:
+            errors.seek(0)
+            raise RuntimeError(f"the streaming-merge measurement failed:\n{errors.read()[-4000:]}")
     return results
 
 
@@ -500,7 +527,7 @@ def run_merge_benchmark(
         for group_list in groups.values()
     )
     timing_keys = [key for key, method, _ in all_variants if method in LOWRANK_METHODS]
-    steps = _Steps(2 * len(spec.tasks) + eval_steps + len(timing_keys) + 1, progress)
+    steps = _Steps(2 * len(spec.tasks) + eval_steps + len(timing_keys) + len(all_variants), progress)
     try:
         tasks = {name: _split_task(Path(datasets_dir), name, spec) for name in spec.tasks}
         base_encoder = load_encoder(BASE)
@@ -606,9 +633,8 @@ def run_merge_benchmark(
             assert isinstance(chosen_scale, dict)
             jobs.append((key, method, _params(spec, method, pact, float(chosen_scale[scale_param(method)]))))
         streaming, base_bytes = _measure_streaming(
-            evaluator, [learnwares[name] for name in group8], jobs, cache
+            evaluator, [learnwares[name] for name in group8], jobs, cache, steps.step
         )
-        steps.step("streaming merges")
         stage_seconds["streaming"] = time.perf_counter() - stage
     finally:
         steps.close()
@@ -668,6 +694,7 @@ def _measure_streaming(
     members: Sequence[Mapping[str, LoraDelta]],
     jobs: list[tuple[str, str, dict[str, object]]],
     cache: Path,
+    on_line: Callable[[str], None],
 ) -> tuple[dict[str, dict[str, float]], int]:
     """Write the base and each learnware merged into it as safetensors checkpoints, then time the
     streaming driver on them in a fresh process."""
@@ -691,7 +718,7 @@ def _measure_streaming(
             paths.append(str(path))
         del base_state
         request = {"base": str(base_path), "finetuned": paths, "jobs": jobs, "out_dir": scratch}
-        results = _run_streaming_child(request)
+        results = _run_streaming_child(request, on_line)
     return results, base_bytes
 
 

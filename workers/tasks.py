@@ -17,10 +17,14 @@ from app.jobs.stages import (
     FIT_TASK_SPEC,
     IDENTIFY_TASK,
     REBUILD_INDEX,
+    REUSE_FINETUNE,
+    REUSE_MERGE,
+    REUSE_TRANSFER,
     VALIDATE_LEARNWARE,
     Stage,
 )
 from app.learnwares import pipeline as learnware_pipeline
+from app.reuse import pipeline as reuse_pipeline
 from app.runtime import Runtime
 from app.settings import get_settings
 from app.tasks import pipeline as task_pipeline
@@ -75,6 +79,21 @@ def identify_task(self: Task, job_id: int) -> str:
 @app.task(name=REBUILD_INDEX.name, bind=True)
 def rebuild_index(self: Task, job_id: int) -> str:
     return _run(self, job_id, REBUILD_INDEX, index_pipeline.rebuild)
+
+
+@app.task(name=REUSE_MERGE.name, bind=True)
+def reuse_merge(self: Task, job_id: int) -> str:
+    return _run(self, job_id, REUSE_MERGE, reuse_pipeline.merge)
+
+
+@app.task(name=REUSE_FINETUNE.name, bind=True)
+def reuse_finetune(self: Task, job_id: int) -> str:
+    return _run(self, job_id, REUSE_FINETUNE, reuse_pipeline.finetune)
+
+
+@app.task(name=REUSE_TRANSFER.name, bind=True)
+def reuse_transfer(self: Task, job_id: int) -> str:
+    return _run(self, job_id, REUSE_TRANSFER, reuse_pipeline.transfer)
 
 
 _reaper: Reaper | None = None

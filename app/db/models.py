@@ -156,6 +156,8 @@ class Learnware(TimestampMixin, Base):
     predictions_sha256: Mapped[str | None] = mapped_column(String(64))
     validation_log: Mapped[list[str]] = mapped_column(default=list)
     index_seq: Mapped[int | None] = mapped_column(BigInteger)
+    private: Mapped[bool] = mapped_column(default=False)
+    """Seen by its owner (and admins) alone, never indexed: a user's own merge or fine-tune."""
     """The space's ``index_version`` at this learnware's last index change (add or remove)."""
     ready_at: Mapped[datetime | None]
     deleted_at: Mapped[datetime | None]
@@ -205,6 +207,8 @@ class Job(Base):
     progress: Mapped[float] = mapped_column(default=0.0)
     message: Mapped[str] = mapped_column(Text, default="")
     log: Mapped[list[str]] = mapped_column(default=list)
+    params: Mapped[dict[str, Any] | None] = mapped_column()
+    """The job's inputs where its subject ids do not say it all (reuse jobs)."""
     result: Mapped[dict[str, Any] | None] = mapped_column()
     error: Mapped[str | None] = mapped_column(Text)
     attempts: Mapped[int] = mapped_column(Integer, default=0)

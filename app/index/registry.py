@@ -170,7 +170,7 @@ class IndexRegistry:
 
     def _apply_changes(self, session: Session, live: LiveIndex, since: int) -> bool:
         rows = session.execute(
-            select(Learnware.id, Learnware.status, Spec.vector)
+            select(Learnware.id, Learnware.status, Learnware.private, Spec.vector)
             .outerjoin(Spec, Spec.id == Learnware.spec_id)
             .where(Learnware.space_id == live.space_id, Learnware.index_seq > since)
             .order_by(Learnware.id)
@@ -178,8 +178,8 @@ class IndexRegistry:
         add_ids: list[int] = []
         add_vecs: list[np.ndarray] = []
         remove_ids: list[int] = []
-        for lw_id, status, blob in rows:
-            if status == LearnwareStatus.ready and blob is not None:
+        for lw_id, status, private, blob in rows:
+            if status == LearnwareStatus.ready and not private and blob is not None:
                 add_ids.append(int(lw_id))
                 add_vecs.append(vector_from_bytes(blob, live.dim))
             else:
@@ -202,7 +202,11 @@ class IndexRegistry:
         query = (
             select(Learnware.id, Spec.vector)
             .join(Spec, Spec.id == Learnware.spec_id)
-            .where(Learnware.space_id == live.space_id, Learnware.status == LearnwareStatus.ready)
+            .where(
+                Learnware.space_id == live.space_id,
+                Learnware.status == LearnwareStatus.ready,
+                Learnware.private.is_(False),
+            )
             .order_by(Learnware.id)
             .execution_options(yield_per=_BATCH)
         )

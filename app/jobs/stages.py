@@ -26,9 +26,22 @@ FIT_LEARNWARE_SPEC = Stage("learnware.spec", "gpu", "fit or verify the learnware
 FIT_TASK_SPEC = Stage("task.fit", "gpu", "fit the user task's spec, then identify")
 IDENTIFY_TASK = Stage("task.identify", "cpu", "rank learnwares against the task's spec")
 REBUILD_INDEX = Stage("index.rebuild", "cpu", "rebuild a spec space's index from the database")
+REUSE_MERGE = Stage("reuse.merge", "gpu", "merge learnwares into a new learnware")
+REUSE_FINETUNE = Stage("reuse.finetune", "gpu", "fine-tune a learnware on the user's shots")
+REUSE_TRANSFER = Stage("reuse.transfer", "gpu", "transfer a learnware onto another base")
 
 STAGES: dict[str, Stage] = {
-    s.name: s for s in (VALIDATE_LEARNWARE, FIT_LEARNWARE_SPEC, FIT_TASK_SPEC, IDENTIFY_TASK, REBUILD_INDEX)
+    s.name: s
+    for s in (
+        VALIDATE_LEARNWARE,
+        FIT_LEARNWARE_SPEC,
+        FIT_TASK_SPEC,
+        IDENTIFY_TASK,
+        REBUILD_INDEX,
+        REUSE_MERGE,
+        REUSE_FINETUNE,
+        REUSE_TRANSFER,
+    )
 }
 
 

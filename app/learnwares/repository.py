@@ -15,11 +15,11 @@ def get(session: Session, learnware_id: int) -> Learnware | None:
 
 
 def visible_to(key: ApiKey) -> ColumnElement[bool]:
-    """Ready learnwares for everyone; an owner also sees their own in any state; admins all."""
+    """Ready public learnwares for everyone; an owner also sees their own in any state; admins all."""
     if key.role == Role.admin:
         return Learnware.status != LearnwareStatus.deleted
     return or_(
-        Learnware.status == LearnwareStatus.ready,
+        (Learnware.status == LearnwareStatus.ready) & Learnware.private.is_(False),
         (Learnware.owner_id == key.id) & (Learnware.status != LearnwareStatus.deleted),
     )
 
@@ -69,7 +69,11 @@ def ready_by_ids(session: Session, ids: Sequence[int]) -> dict[int, Learnware]:
     if not ids:
         return {}
     rows = session.scalars(
-        select(Learnware).where(Learnware.id.in_(list(ids)), Learnware.status == LearnwareStatus.ready)
+        select(Learnware).where(
+            Learnware.id.in_(list(ids)),
+            Learnware.status == LearnwareStatus.ready,
+            Learnware.private.is_(False),
+        )
     ).all()
     return {r.id: r for r in rows}
 

@@ -78,9 +78,18 @@ def _check_package(runtime: Runtime, zip_path: Path) -> tuple[LearnwarePackage, 
 
 
 def submit(
-    session: Session, runtime: Runtime, owner: ApiKey, package_zip: Path, spec_file: Path | None
+    session: Session,
+    runtime: Runtime,
+    owner: ApiKey,
+    package_zip: Path,
+    spec_file: Path | None,
+    *,
+    private: bool = False,
 ) -> tuple[Learnware, Job]:
-    """Check a package (and an optional spec), store it, and queue its validation."""
+    """Check a package (and an optional spec), store it, and queue its validation.
+
+    A ``private`` learnware is seen by its owner alone and never indexed.
+    """
     package, packaged_spec, scratch = _check_package(runtime, package_zip)
     try:
         uploaded = spaces.read_spec_file(spec_file) if spec_file is not None else packaged_spec
@@ -122,6 +131,7 @@ def submit(
             package_size=package_zip.stat().st_size,
             space_id=record.id,
             uploaded_spec_id=uploaded_spec.id if uploaded_spec else None,
+            private=private,
             validation_log=[
                 f"package accepted: {manifest.model_format}, {len(manifest.label_names)} labels, "
                 f"{len(package.inputs)} declared inputs"
@@ -148,7 +158,8 @@ def get_visible(session: Session, key: ApiKey, learnware_id: int) -> Learnware:
     learnware = repository.get(session, learnware_id)
     if learnware is None or learnware.status == LearnwareStatus.deleted:
         raise NotFound(f"no learnware {learnware_id}")
-    if learnware.status != LearnwareStatus.ready and key.role != Role.admin and learnware.owner_id != key.id:
+    hidden = learnware.status != LearnwareStatus.ready or learnware.private
+    if hidden and key.role != Role.admin and learnware.owner_id != key.id:
         raise NotFound(f"no learnware {learnware_id}")
     return learnware
 

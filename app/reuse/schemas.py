@@ -1,0 +1,75 @@
+"""Bodies of the reuse endpoints. Each job's result names the new learnware it registered."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field, model_validator
+
+
+class Shots(BaseModel):
+    """Labelled examples (class ids or names into ``label_names``)."""
+
+    texts: list[str] = Field(min_length=2, max_length=2000)
+    labels: list[int] | list[str] = Field(min_length=2, max_length=2000)
+    label_names: list[str] = Field(min_length=2, max_length=1000)
+
+    @model_validator(mode="after")
+    def _same_length(self) -> Shots:
+        if len(self.texts) != len(self.labels):
+            raise ValueError(f"{len(self.labels)} labels for {len(self.texts)} texts")
+        return self
+
+
+class MergeCreate(BaseModel):
+    """Merge LoRA learnwares of one base into one new learnware."""
+
+    learnware_ids: list[int] = Field(min_length=2, max_length=16)
+    method: str = Field(description="a merge method: GET /v1/merge-methods lists them with their parameters")
+    params: dict[str, Any] = Field(default_factory=dict)
+    name: str | None = Field(default=None, max_length=128)
+    private: bool = Field(default=False, description="private learnwares are seen by their owner alone")
+    eval: Shots | None = Field(default=None, description="shots to report the merged model's accuracy on")
+
+
+class FinetuneCreate(Shots):
+    """Fine-tune a LoRA learnware on your shots (PAVE♦), holding some out to measure."""
+
+    learnware_id: int
+    steps: int = Field(default=30, ge=1, le=1000)
+    holdout: float = Field(default=0.25, ge=0.0, lt=1.0)
+    name: str | None = Field(default=None, max_length=128)
+    private: bool = True
+    seed: int = 0
+
+
+class TransferCreate(BaseModel):
+    """Move a LoRA learnware onto another registered base, calibrated on a few inputs."""
+
+    learnware_id: int
+    target_base: str = Field(min_length=1, max_length=256)
+    method: str = "bico"
+    params: dict[str, Any] = Field(default_factory=dict)
+    texts: list[str] = Field(min_length=2, max_length=2000, description="calibration inputs")
+    labels: list[int] | list[str] | None = Field(
+        default=None, description="their labels; omitted: the learnware's own predictions are used"
+    )
+    name: str | None = Field(default=None, max_length=128)
+    private: bool = False
+
+    @model_validator(mode="after")
+    def _same_length(self) -> TransferCreate:
+        if self.labels is not None and len(self.labels) != len(self.texts):
+            raise ValueError(f"{len(self.labels)} labels for {len(self.texts)} texts")
+        return self
+
+
+class ReuseSubmitted(BaseModel):
+    job_id: int
+    kind: str
+
+
+class MergeMethodRead(BaseModel):
+    name: str
+    help: str
+    params: dict[str, Any]

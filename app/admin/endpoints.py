@@ -1,0 +1,133 @@
+"""The admin dashboard: the ``/admin`` page and its read endpoints under ``/v1/admin/``.
+
+The page holds no data: it asks for an admin key, keeps it in the tab's ``sessionStorage`` and
+sends it as ``X-API-Key`` to the JSON endpoints (these, and the dock's own admin actions it
+calls, need an admin key). A request for the page that carries a non-admin key gets 403.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, FastAPI, Query, Request, Security
+from fastapi.responses import HTMLResponse, Response
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+
+from app.admin import service
+from app.admin.monitor import AdminMonitor, RequestHistory, WorkerInspector
+from app.admin.schemas import Charts, Overview
+from app.admin.settings import AdminSettings
+from app.api.deps import RuntimeDep, SessionDep
+from app.api.errors import NotFound
+from app.auth.dependencies import AdminKey
+from app.auth.service import authenticate, require_role
+from app.db.models import Role
+from app.runtime import Runtime
+
+STATIC = Path(__file__).parent / "static"
+_ASSETS = {"admin.js": "text/javascript", "admin.css": "text/css", "favicon.svg": "image/svg+xml"}
+_PAGE_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+    ),
+    "Cache-Control": "no-store",
+    "Referrer-Policy": "no-referrer",
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+}
+
+
+@dataclass
+class AdminState:
+    settings: AdminSettings
+    monitor: AdminMonitor
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Start the request sampler and the worker inspector with the app; stop them with it."""
+    settings = AdminSettings()
+    runtime: Runtime = app.state.runtime
+    monitor = AdminMonitor(
+        RequestHistory(settings.admin_history_samples),
+        WorkerInspector(
+            runtime.celery,
+            timeout_s=settings.worker_inspect_timeout_s,
+            interval_s=settings.worker_inspect_interval_s,
+        ),
+        settings.admin_sample_interval_s,
+    )
+    app.state.admin = AdminState(settings, monitor)
+    monitor.start()
+    try:
+        yield
+    finally:
+        monitor.stop()
+
+
+def get_admin_state(request: Request) -> AdminState:
+    state: AdminState = request.app.state.admin
+    return state
+
+
+AdminStateDep = Annotated[AdminState, Depends(get_admin_state)]
+
+_bearer = HTTPBearer(auto_error=False)
+_header = APIKeyHeader(name="X-API-Key", auto_error=False)
+
+
+def refuse_other_roles(
+    session: SessionDep,
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
+    header: Annotated[str | None, Security(_header)],
+) -> None:
+    """The page is public (it is a sign-in form); a key sent with it must be an admin's."""
+    token = bearer.credentials if bearer is not None else header
+    if token:
+        require_role(authenticate(session, token), Role.admin)
+
+
+router = APIRouter(tags=["admin"], lifespan=lifespan)
+pages = APIRouter(include_in_schema=False, dependencies=[Depends(refuse_other_roles)])
+
+
+@pages.get("/admin", response_class=HTMLResponse)
+def admin_page() -> HTMLResponse:
+    return HTMLResponse((STATIC / "admin.html").read_text(encoding="utf-8"), headers=_PAGE_HEADERS)
+
+
+@pages.get("/admin/static/{name}")
+def admin_asset(name: str) -> Response:
+    media_type = _ASSETS.get(name)
+    if media_type is None:
+        raise NotFound(f"no admin asset {name}")
+    return Response(
+        (STATIC / name).read_bytes(),
+        media_type=media_type,
+        headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"},
+    )
+
+
+@router.get("/v1/admin/overview", response_model=Overview)
+def overview(_admin: AdminKey, session: SessionDep, runtime: RuntimeDep, admin: AdminStateDep) -> Overview:
+    """Queues, job counts, workers and what they run, indexes, the review queue (admin only)."""
+    return service.overview(session, runtime, admin.monitor.inspector.report(), admin.settings.flower_url)
+
+
+@router.get("/v1/admin/charts", response_model=Charts)
+def charts(
+    _admin: AdminKey,
+    session: SessionDep,
+    admin: AdminStateDep,
+    minutes: Annotated[int, Query(ge=5, le=1440, description="the window, ending now")] = 60,
+) -> Charts:
+    """Jobs ended per interval and their run times; API requests per second and latency (admin only)."""
+    return service.charts(session, admin.monitor.history, minutes=minutes)
+
+
+router.include_router(pages)

@@ -10,6 +10,7 @@ from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 from fastapi.middleware.cors import CORSMiddleware
 
+from app.admin import endpoints as admin
 from app.api import health
 from app.api.errors import register_error_handlers
 from app.api.limits import BodySizeLimit
@@ -18,6 +19,7 @@ from app.auth import endpoints as keys
 from app.jobs import endpoints as jobs
 from app.jobs.reaper import Reaper
 from app.learnwares import endpoints as learnwares
+from app.reuse import endpoints as reuse
 from app.runtime import Runtime
 from app.settings import Settings, get_settings
 from app.spec_spaces import endpoints as spec_spaces
@@ -77,6 +79,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
         openapi_tags=[
             {"name": "learnwares", "description": "submit, list, download and delete learnwares"},
             {"name": "tasks", "description": "few-shot tasks and their ranked learnwares"},
+            {"name": "reuse", "description": "merge, fine-tune and transfer learnwares into new ones"},
             {"name": "jobs", "description": "background jobs: state, progress, logs"},
             {"name": "spec spaces", "description": "what a client needs to compute a compatible spec"},
             {"name": "keys", "description": "API keys"},
@@ -89,10 +92,12 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     for router in (
         learnwares.router,
         tasks.router,
+        reuse.router,
         jobs.router,
         spec_spaces.router,
         keys.router,
         health.router,
+        admin.router,
     ):
         app.include_router(router)
     app.add_middleware(

@@ -1,0 +1,98 @@
+"""Only admins use the admin routes: every route under /v1/admin and /admin, listed from the
+app itself (a route added later is covered too), refuses user and developer keys with 403."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from fastapi.routing import APIRoute
+from fastapi.testclient import TestClient
+
+from app.admin.endpoints import pages
+from app.api.main import create_app
+from app.settings import Settings
+from tests.api.conftest import Keys
+
+
+def admin_routes() -> list[tuple[str, str]]:
+    """Every operation under /v1/admin in the app's OpenAPI document, and the page's routes."""
+    schema = create_app(Settings(environment="testing")).openapi()
+    found = {
+        (method.upper(), path)
+        for path, operations in schema["paths"].items()
+        if path.startswith("/v1/admin/")
+        for method in operations
+    }
+    found |= {
+        (method, route.path)
+        for route in pages.routes
+        if isinstance(route, APIRoute)
+        for method in route.methods or ()
+    }
+    return sorted(found - {("HEAD", path) for _, path in found})
+
+
+ADMIN_ROUTES = admin_routes()
+PAGES = [(m, p) for m, p in ADMIN_ROUTES if p.startswith("/admin")]
+API = [(m, p) for m, p in ADMIN_ROUTES if p.startswith("/v1/admin/")]
+
+
+def concrete(path: str) -> str:
+    """A path with its parameters filled: ids that exist or not, it must not matter."""
+    path = path.replace("{name}", "admin.js")
+    return re.sub(r"\{[^}]+\}", "1", path)
+
+
+def test_the_dashboards_routes_are_all_listed() -> None:
+    assert ("GET", "/admin") in PAGES
+    for expected in (
+        ("GET", "/v1/admin/overview"),
+        ("GET", "/v1/admin/charts"),
+        ("GET", "/v1/admin/jobs"),
+        ("POST", "/v1/admin/jobs/{job_id}/retry"),
+        ("POST", "/v1/admin/learnwares/{learnware_id}/approve"),
+        ("POST", "/v1/admin/learnwares/{learnware_id}/reject"),
+        ("POST", "/v1/admin/spec-spaces/{space_id}/rebuild"),
+    ):
+        assert expected in API
+
+
+@pytest.mark.parametrize("who", ["user", "developer"])
+@pytest.mark.parametrize(("method", "path"), ADMIN_ROUTES)
+def test_non_admins_get_403(method: str, path: str, who: str, client: TestClient, keys: Keys) -> None:
+    for headers in (keys.auth(who), {"X-API-Key": getattr(keys, who)}):
+        response = client.request(method, concrete(path), headers=headers, json={})
+        assert response.status_code == 403, response.text
+        assert response.json()["error"]["code"] == "forbidden"
+
+
+@pytest.mark.parametrize(("method", "path"), API)
+def test_no_key_gets_401(method: str, path: str, client: TestClient, keys: Keys) -> None:
+    response = client.request(method, concrete(path), json={})
+    assert response.status_code == 401
+
+
+@pytest.mark.parametrize(("method", "path"), API)
+def test_an_admin_gets_past_the_check(method: str, path: str, client: TestClient, keys: Keys) -> None:
+    response = client.request(method, concrete(path), headers=keys.auth("admin"), json={})
+    assert response.status_code not in (401, 403), response.text
+
+
+def test_the_page_is_a_sign_in_form_without_data(client: TestClient, keys: Keys) -> None:
+    response = client.get("/admin")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/html")
+    assert "Admin API key" in response.text
+    policy = response.headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy
+    assert response.headers["cache-control"] == "no-store"
+    assert client.get("/admin", headers=keys.auth("admin")).status_code == 200
+
+
+def test_assets_are_served_and_nothing_else(client: TestClient) -> None:
+    script = client.get("/admin/static/admin.js")
+    assert script.status_code == 200 and script.headers["content-type"].startswith("text/javascript")
+    assert client.get("/admin/static/admin.css").headers["content-type"].startswith("text/css")
+    for name in ("admin.html", "..%2Fendpoints.py", "missing.js"):
+        assert client.get(f"/admin/static/{name}").status_code == 404

@@ -1,0 +1,171 @@
+"""The admin dashboard in headless Chromium against a real dock (uvicorn + a Celery worker):
+refuses a developer key, signs in as admin, shows a running job's progress and a failed job's
+reason, retries it (the real worker runs it again), approves a learnware the worker validated,
+and leaves a screenshot in docs/admin-dashboard.png."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from app.jobs.stages import FIT_TASK_SPEC, REBUILD_INDEX
+from app.ml.builders import train_tfidf_onnx_learnware
+from app.ml.data import load_task
+from tests.admin.conftest import failed_job, running_job
+from tests.api.conftest import write_spec
+from tests.browser.conftest import REPO, WORKER_NAME, Dock
+
+pytestmark = [pytest.mark.browser, pytest.mark.e2e]
+
+SCREENSHOT = REPO / "docs" / "admin-dashboard.png"
+FAILURE = "worker cpu@dock-2 lost during index.rebuild (no heartbeat for 75 s); gave up after 3 attempts"
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+            if value:
+                return value
+        except Exception as exc:  # the page re-renders between polls: retry on stale elements
+            last = exc
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what}" + (f" (last error: {last})" if last else ""))
+
+
+def submit_learnware(dock: Dock, datasets_dir: Path, tmp_path: Path) -> tuple[int, int]:
+    """A real package with the developer's spec, through the API; the worker validates it."""
+    task = load_task(datasets_dir, "sms_spam", "train", limit=400, seed=0)
+    package = train_tfidf_onnx_learnware(task, tmp_path / "spam.zip", name="sms-spam-filter")
+    [space] = httpx.get(f"{dock.url}/v1/spec-spaces", headers=dock.auth(dock.developer)).json()
+    spec = write_spec(tmp_path / "spec", space["id"], np.random.default_rng(0).standard_normal(space["dim"]))
+    response = httpx.post(
+        f"{dock.url}/v1/learnwares",
+        headers=dock.auth(dock.developer),
+        files={
+            "package": ("spam.zip", package.read_bytes(), "application/zip"),
+            "spec": ("spec.safetensors", spec.read_bytes(), "application/octet-stream"),
+        },
+        timeout=60,
+    )
+    assert response.status_code == 202, response.text
+    return int(response.json()["learnware_id"]), int(response.json()["job_id"])
+
+
+def job_state(dock: Dock, job_id: int) -> dict[str, Any]:
+    response = httpx.get(f"{dock.url}/v1/jobs/{job_id}", headers=dock.auth(dock.admin))
+    assert response.status_code == 200
+    return dict(response.json())
+
+
+def test_admin_dashboard_in_chromium(dock: Dock, browser: Any, datasets_dir: Path, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    driver = browser
+    learnware_id, ingest_job = submit_learnware(dock, datasets_dir, tmp_path)
+    wait_for(
+        f"the worker to validate learnware {learnware_id} (logs in {dock.logs})",
+        lambda: job_state(dock, ingest_job)["state"] == "succeeded",
+        timeout=90,
+    )
+    running = running_job(
+        dock.runtime,
+        worker="gpu@dock-1",
+        progress=0.42,
+        message="fitting the task's spec: step 42 of 100",
+        stage=FIT_TASK_SPEC,
+    )
+    failed = failed_job(dock.runtime, worker="cpu@dock-2", reason=FAILURE, stage=REBUILD_INDEX)
+    for _ in range(20):  # some API traffic for the latency chart
+        httpx.get(f"{dock.url}/v1/learnwares", headers=dock.auth(dock.developer))
+
+    def find(selector: str) -> Any:
+        return driver.find_element(By.CSS_SELECTOR, selector)
+
+    def sign_in(token: str) -> None:
+        field = wait_for("the sign-in form", lambda: find("#api-key").is_displayed() and find("#api-key"))
+        field.clear()
+        field.send_keys(token)
+        find("#signin-button").click()
+
+    driver.get(f"{dock.url}/admin")
+    sign_in(dock.developer)
+    error = wait_for("the refusal", lambda: find("#signin-error").text)
+    assert "developer key" in error and "admin key" in error
+    assert not find("#dashboard").is_displayed()
+
+    sign_in(dock.admin)
+    wait_for("the dashboard", lambda: find("#dashboard").is_displayed())
+    assert "browser admin" in find("#whoami").text
+
+    # A running job's progress, in the jobs table and beside its worker.
+    row = f'#jobs tr[data-job="{running}"]'
+    bar = wait_for("the running job", lambda: find(f"{row} [role=progressbar]"))
+    assert bar.get_attribute("aria-valuenow") == "42"
+    assert find(f"{row} .pct").text == "42%"
+    assert find(f"{row} .badge").text == "running"
+    assert "42%" in find('#workers tr[data-worker="gpu@dock-1"]').text
+    # The real worker answers the dashboard's broadcast.
+    wait_for(
+        "the real worker to answer",
+        lambda: find(f'#workers tr[data-worker="{WORKER_NAME}"] .badge').text == "online",
+        timeout=45,
+    )
+    # A failed job's reason, and the learnware the worker left for review.
+    failed_row = f'#jobs tr[data-job="{failed}"]'
+    assert wait_for("the failed job", lambda: find(f'{failed_row} [data-role="reason"]').text) == FAILURE
+    review_row = f'#review tr[data-learnware="{learnware_id}"]'
+    assert "sms-spam-filter" in wait_for("the review queue", lambda: find(review_row)).text
+    find("#chart-window").send_keys("5 min")
+    wait_for("job bars", lambda: driver.find_elements(By.CSS_SELECTOR, "#chart-jobs rect[fill='#f97066']"))
+    wait_for(
+        "latency lines", lambda: driver.find_elements(By.CSS_SELECTOR, "#chart-latency path"), timeout=30
+    )
+    save_screenshot(driver)
+
+    # Retry the failed job through the API: the real worker runs it again.
+    find(f'{failed_row} [data-action="log"]').click()
+    wait_for("its log", lambda: FAILURE in find(f'#jobs tr[data-log="{failed}"] pre').text)
+    find(f'{failed_row} [data-action="retry"]').click()
+    wait_for(
+        "the retried job to succeed", lambda: find(f"{failed_row} .badge").text == "succeeded", timeout=60
+    )
+    job = job_state(dock, failed)
+    assert job["state"] == "succeeded" and job["error"] is None and job["worker"] == WORKER_NAME
+    assert any("retried by key" in line for line in job["log"])
+
+    # Approve the learnware: it leaves the queue and enters the index.
+    find(f'{review_row} [data-action="approve"]').click()
+    wait_for("the review queue to empty", lambda: not driver.find_elements(By.CSS_SELECTOR, review_row))
+    wait_for("the index to hold it", lambda: find('#indexes [data-role="indexed"]').text == "1")
+    learnware = httpx.get(
+        f"{dock.url}/v1/learnwares/{learnware_id}", headers=dock.auth(dock.developer)
+    ).json()
+    assert learnware["status"] == "ready"
+
+    # Flower, started as `pavedock serve` starts it, behind the dashboard's link.
+    link = find("#flower-link")
+    assert link.is_displayed() and link.get_attribute("href").rstrip("/") == dock.flower
+    wait_for(
+        "Flower to answer", lambda: httpx.get(f"{dock.flower}/healthcheck").status_code == 200, timeout=90
+    )
+    driver.get(dock.flower)
+    wait_for("Flower's page", lambda: "Flower" in driver.title, timeout=30)
+
+
+def save_screenshot(driver: Any) -> None:
+    """The whole dashboard, top to bottom, into docs/."""
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(1440, int(height) + 100)
+    driver.execute_script("window.scrollTo(0, 0)")
+    time.sleep(0.5)
+    SCREENSHOT.parent.mkdir(exist_ok=True)
+    assert driver.save_screenshot(str(SCREENSHOT))

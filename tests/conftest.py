@@ -66,3 +66,17 @@ def tfidf_packages(datasets_dir: Path, package_dir: Path) -> dict[str, Path]:
     return {
         name: cached(package_dir / f"{name}-tfidf.zip", build(name)) for name in ("sst2", "trec", "sms_spam")
     }
+
+
+@pytest.fixture(scope="session")
+def lora_packages(datasets_dir: Path, package_dir: Path) -> dict[str, Path]:
+    """Real LoRA learnwares of MiniLM for two datasets, trained briefly (seconds each)."""
+    from app.ml.builders import train_lora_learnware
+    from app.ml.data import load_task
+
+    def build(name: str) -> Callable[[Path], Path]:
+        return lambda out: train_lora_learnware(
+            load_task(datasets_dir, name, "train", limit=400, seed=0), out, steps=12, n_inputs=64
+        )
+
+    return {name: cached(package_dir / f"{name}-lora.zip", build(name)) for name in ("sst2", "sms_spam")}

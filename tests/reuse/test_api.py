@@ -1,0 +1,172 @@
+"""Reuse endpoints on a real migrated database: requests are checked before a job is queued,
+and private learnwares stay with their owner. (Workers run them in tests/e2e.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import update
+
+from app.db.models import Job, Learnware, LearnwareStatus
+from app.runtime import Runtime
+from tests.api.conftest import Keys, broker_messages
+from tests.api.test_learnwares import submit
+
+
+def ready(
+    runtime: Runtime,
+    client: TestClient,
+    keys: Keys,
+    package: Path,
+    *,
+    who: str = "developer",
+    private: bool = False,
+) -> int:
+    """Submit through the API, then mark the learnware ready as its worker would."""
+    response = submit(client, keys, package, who=who)
+    assert response.status_code == 202, response.text
+    learnware_id = int(response.json()["learnware_id"])
+    with runtime.db.session() as session:
+        session.execute(
+            update(Learnware)
+            .where(Learnware.id == learnware_id)
+            .values(status=LearnwareStatus.ready, private=private)
+        )
+    return learnware_id
+
+
+@pytest.fixture
+def market(
+    runtime: Runtime,
+    client: TestClient,
+    keys: Keys,
+    lora_packages: dict[str, Path],
+    tfidf_packages: dict[str, Path],
+) -> dict[str, int]:
+    return {
+        "sst2": ready(runtime, client, keys, lora_packages["sst2"]),
+        "spam": ready(runtime, client, keys, lora_packages["sms_spam"]),
+        "onnx": ready(runtime, client, keys, tfidf_packages["trec"]),
+    }
+
+
+SHOTS = {
+    "texts": ["great film", "awful film", "loved it", "hated it"],
+    "labels": [1, 0, 1, 0],
+    "label_names": ["negative", "positive"],
+}
+
+
+def test_merge_methods_are_listed_with_their_parameters(client: TestClient, keys: Keys) -> None:
+    methods = {m["name"]: m for m in client.get("/v1/merge-methods", headers=keys.auth("user")).json()}
+    assert {"task_arithmetic", "ties", "dare", "tsv_m", "iso_c", "iso_cts"} <= set(methods)
+    assert "pact" in methods["iso_c"]["params"]["properties"]
+
+
+def test_a_merge_is_queued_with_its_checked_parameters(
+    client: TestClient, keys: Keys, runtime: Runtime, market: dict[str, int]
+) -> None:
+    before = broker_messages(runtime)
+    body = {"learnware_ids": [market["sst2"], market["spam"]], "method": "iso_c", "params": {"pact": True}}
+    response = client.post("/v1/merges", json=body, headers=keys.auth("user"))
+    assert response.status_code == 202, response.text
+    job_id = response.json()["job_id"]
+    job = client.get(f"/v1/jobs/{job_id}", headers=keys.auth("user")).json()
+    assert job["stage"] == "reuse.merge" and job["queue"] == "gpu" and job["state"] == "queued"
+    assert broker_messages(runtime) == before + 1
+    with runtime.db.session() as session:
+        stored = session.get(Job, job_id)
+        assert stored is not None and stored.params is not None
+        assert stored.params["params"]["pact"] is True and "alpha" in stored.params["params"]
+        assert stored.params["label_names"] == ["negative", "positive", "ham", "spam"]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "message"),
+    [
+        ({"method": "iso_c", "ids": ["sst2", "onnx"]}, 422, "only peft-lora"),
+        ({"method": "nope", "ids": ["sst2", "spam"]}, 422, "known"),
+        ({"method": "ties", "ids": ["sst2", "spam"], "params": {"top_k": 7.0}}, 422, "top_k"),
+        ({"method": "ties", "ids": ["sst2", "spam"], "params": {"bogus": 1}}, 422, "bogus"),
+        ({"method": "iso_c", "ids": ["sst2", "sst2"]}, 422, "repeat"),
+        ({"method": "iso_c", "ids": ["sst2"]}, 422, ""),
+    ],
+)
+def test_bad_merges_are_refused_before_any_job(
+    client: TestClient,
+    keys: Keys,
+    runtime: Runtime,
+    market: dict[str, int],
+    body: dict[str, object],
+    status: int,
+    message: str,
+) -> None:
+    before = broker_messages(runtime)
+    ids = [market[name] for name in body["ids"]]  # type: ignore[attr-defined]
+    payload = {"learnware_ids": ids, "method": body["method"], "params": body.get("params", {})}
+    response = client.post("/v1/merges", json=payload, headers=keys.auth("user"))
+    assert response.status_code == status, response.text
+    assert message in response.text
+    assert broker_messages(runtime) == before
+
+
+def test_unknown_and_unready_learnwares_are_refused(
+    client: TestClient, keys: Keys, runtime: Runtime, market: dict[str, int], lora_packages: dict[str, Path]
+) -> None:
+    body = {"learnware_ids": [market["sst2"], 999999], "method": "iso_c"}
+    assert client.post("/v1/merges", json=body, headers=keys.auth("user")).status_code == 404
+    with runtime.db.session() as session:
+        session.execute(
+            update(Learnware).where(Learnware.id == market["spam"]).values(status=LearnwareStatus.fitting)
+        )
+    body = {"learnware_ids": [market["sst2"], market["spam"]], "method": "iso_c"}
+    # Not ready: the owner is told why; others do not see it at all.
+    assert client.post("/v1/merges", json=body, headers=keys.auth("developer")).status_code == 409
+    assert client.post("/v1/merges", json=body, headers=keys.auth("user")).status_code == 404
+
+
+def test_finetune_checks_the_shots(client: TestClient, keys: Keys, market: dict[str, int]) -> None:
+    good = {"learnware_id": market["sst2"], **SHOTS}
+    assert client.post("/v1/finetunes", json=good, headers=keys.auth("user")).status_code == 202
+    unknown = {**good, "labels": ["positive", "negative", "great", "negative"]}
+    response = client.post("/v1/finetunes", json=unknown, headers=keys.auth("user"))
+    assert response.status_code == 422 and "'great' is not among" in response.text
+    single = {**good, "labels": [1, 1, 1, 1]}
+    assert "single class" in client.post("/v1/finetunes", json=single, headers=keys.auth("user")).text
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"method": "utd"}, "embedding operator"),
+        ({"target_base": "no-such-base"}, "unknown target base"),
+        ({"target_base": "all-MiniLM-L6-v2"}, "already on"),
+        ({"method": "nope"}, "unknown transfer method"),
+    ],
+)
+def test_bad_transfers_are_refused(
+    client: TestClient, keys: Keys, market: dict[str, int], changes: dict[str, str], message: str
+) -> None:
+    body = {
+        "learnware_id": market["sst2"],
+        "target_base": "all-mpnet-base-v2",
+        "method": "bico",
+        "texts": SHOTS["texts"],
+        **changes,
+    }
+    response = client.post("/v1/transfers", json=body, headers=keys.auth("user"))
+    assert response.status_code == 422, response.text
+    assert message in response.text
+
+
+def test_private_learnwares_stay_with_their_owner(
+    client: TestClient, keys: Keys, runtime: Runtime, lora_packages: dict[str, Path]
+) -> None:
+    learnware_id = ready(runtime, client, keys, lora_packages["sst2"], who="developer", private=True)
+    assert client.get(f"/v1/learnwares/{learnware_id}", headers=keys.auth("developer")).status_code == 200
+    assert client.get(f"/v1/learnwares/{learnware_id}", headers=keys.auth("developer2")).status_code == 404
+    listed = client.get("/v1/learnwares", headers=keys.auth("user")).json()
+    assert learnware_id not in [lw["id"] for lw in listed["items"]]
+    assert learnware_id not in runtime.indexes.live(runtime.default_space_id).index.ids()

@@ -26,6 +26,7 @@ from pydantic import BaseModel
 from app.auth.schemas import KeyIssued, KeyRead
 from app.jobs.schemas import JobPage, JobRead, JobSubmitted
 from app.learnwares.schemas import LearnwareRead, LearnwareSubmitted, Page
+from app.reuse.schemas import FinetuneCreate, MergeCreate, MergeMethodRead, ReuseSubmitted, TransferCreate
 from app.spec_spaces.schemas import SpecSpaceRead
 from app.tasks.schemas import IdentifyResult, TaskRead, TaskSubmitted
 
@@ -293,6 +294,24 @@ class DockClient:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"job {job_id} is still {last.state} after {timeout:.0f} s")
             time.sleep(1.0)
+
+    # -- reuse -------------------------------------------------------------------------------
+
+    def merge_methods(self) -> list[MergeMethodRead]:
+        response = self._call("GET", "/v1/merge-methods")
+        return [MergeMethodRead.model_validate(m) for m in response.json()]
+
+    def merge(self, body: MergeCreate) -> ReuseSubmitted:
+        """Merge LoRA learnwares; the job's result names the new learnware."""
+        return self._model(ReuseSubmitted, "POST", "/v1/merges", json=body.model_dump(mode="json"))
+
+    def finetune(self, body: FinetuneCreate) -> ReuseSubmitted:
+        """Fine-tune a LoRA learnware on shots (PAVE♦); held-out accuracy in the job's result."""
+        return self._model(ReuseSubmitted, "POST", "/v1/finetunes", json=body.model_dump(mode="json"))
+
+    def transfer(self, body: TransferCreate) -> ReuseSubmitted:
+        """Move a LoRA learnware onto another registered base."""
+        return self._model(ReuseSubmitted, "POST", "/v1/transfers", json=body.model_dump(mode="json"))
 
     # -- keys --------------------------------------------------------------------------------
 

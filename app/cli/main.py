@@ -7,7 +7,7 @@ import os
 
 import typer
 
-from app.cli import ml, service
+from app.cli import ml, reuse, service
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -15,6 +15,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="PAVE Dock: a learnware dock.")
 ml.register(app)
 service.register(app)
+reuse.register(app)
 
 
 def main() -> None:

@@ -1,0 +1,147 @@
+"""Reuse commands: merge learnwares, fine-tune one on your shots, transfer one to another base."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    from app.client import DockClient
+
+from app.cli.service import (
+    DEFAULT_URL,
+    Key,
+    Url,
+    _client,
+    _label_names,
+    _read_few_shot,
+    _wait_and_report,
+    console,
+)
+
+Params = Annotated[
+    str, typer.Option("--params", help='method parameters as JSON, e.g. \'{"alpha": 1.2, "pact": true}\'')
+]
+Wait = Annotated[bool, typer.Option("--wait/--no-wait", help="follow the job to its end")]
+Name = Annotated[str | None, typer.Option("--name", help="the new learnware's name")]
+
+
+def register(app: typer.Typer) -> None:
+    app.command("merge")(merge)
+    app.command("merge-methods")(merge_methods)
+    app.command("finetune")(finetune)
+    app.command("transfer")(transfer)
+
+
+def _params(value: str) -> dict[str, object]:
+    try:
+        params = json.loads(value)
+    except ValueError as exc:
+        raise typer.BadParameter(f"--params is not JSON: {exc}") from exc
+    if not isinstance(params, dict):
+        raise typer.BadParameter("--params must be a JSON object")
+    return params
+
+
+def _finish(client: DockClient, job_id: int, wait: bool) -> None:
+    console.print(f"job {job_id} queued")
+    if wait:
+        job = _wait_and_report(client, job_id, timeout=3600.0)
+        if job.state.value != "succeeded":
+            raise typer.Exit(1)
+        console.print_json(data=job.result)
+
+
+def merge_methods(url: Url = DEFAULT_URL, key: Key = None) -> None:
+    """List the merge methods and their parameters."""
+    with _client(url, key) as client:
+        for method in client.merge_methods():
+            console.print(f"[bold]{method.name}[/bold]: {method.help}")
+            for name, schema in method.params.get("properties", {}).items():
+                console.print(
+                    f"  {name}: {schema.get('description', '')} (default {schema.get('default')!r})"
+                )
+
+
+def merge(
+    learnware_ids: Annotated[list[int], typer.Argument(help="two or more LoRA learnwares of one base")],
+    method: Annotated[str, typer.Option("--method", help="see `pavedock merge-methods`")] = "iso_c",
+    params: Params = "{}",
+    name: Name = None,
+    private: Annotated[bool, typer.Option("--private/--public")] = False,
+    wait: Wait = True,
+    url: Url = DEFAULT_URL,
+    key: Key = None,
+) -> None:
+    """Merge LoRA learnwares into a new learnware (registered, validated and indexed)."""
+    from app.reuse.schemas import MergeCreate
+
+    body = MergeCreate(
+        learnware_ids=learnware_ids, method=method, params=_params(params), name=name, private=private
+    )
+    with _client(url, key) as client:
+        _finish(client, client.merge(body).job_id, wait)
+
+
+def finetune(
+    learnware_id: Annotated[int, typer.Argument(help="the LoRA learnware to start from")],
+    few_shot: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help='JSONL of {"text", "label"}')],
+    label_names: Annotated[str, typer.Option("--label-names", help="comma-separated, or a labels.json")],
+    steps: Annotated[int, typer.Option(help="AdamW steps")] = 30,
+    holdout: Annotated[float, typer.Option(help="share of the shots held out to measure")] = 0.25,
+    name: Name = None,
+    wait: Wait = True,
+    url: Url = DEFAULT_URL,
+    key: Key = None,
+) -> None:
+    """Fine-tune a learnware on your shots (PAVE♦) into your private learnware."""
+    from app.reuse.schemas import FinetuneCreate
+
+    texts, labels = _read_few_shot(few_shot)
+    body = FinetuneCreate(
+        learnware_id=learnware_id,
+        texts=texts,
+        labels=labels,
+        label_names=_label_names(label_names),
+        steps=steps,
+        holdout=holdout,
+        name=name,
+    )
+    with _client(url, key) as client:
+        _finish(client, client.finetune(body).job_id, wait)
+
+
+def transfer(
+    learnware_id: Annotated[int, typer.Argument(help="the LoRA learnware to move")],
+    target_base: Annotated[str, typer.Argument(help="a registered base, e.g. all-mpnet-base-v2")],
+    calibration: Annotated[
+        Path, typer.Argument(exists=True, dir_okay=False, help='JSONL of {"text"} or {"text", "label"}')
+    ],
+    method: Annotated[
+        str, typer.Option("--method", help="bico, theseus, input_only, output_only, naive")
+    ] = "bico",
+    params: Params = "{}",
+    name: Name = None,
+    wait: Wait = True,
+    url: Url = DEFAULT_URL,
+    key: Key = None,
+) -> None:
+    """Move a LoRA learnware onto another base, calibrated on a few inputs."""
+    from app.reuse.schemas import TransferCreate
+
+    rows = [json.loads(line) for line in calibration.read_text(encoding="utf-8").splitlines() if line.strip()]
+    labelled = all("label" in row for row in rows)
+    body = TransferCreate(
+        learnware_id=learnware_id,
+        target_base=target_base,
+        method=method,
+        params=_params(params),
+        texts=[str(row["text"]) for row in rows],
+        labels=[row["label"] for row in rows] if labelled else None,
+        name=name,
+    )
+    with _client(url, key) as client:
+        _finish(client, client.transfer(body).job_id, wait)

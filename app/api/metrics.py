@@ -15,6 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.db.base import utcnow
 from app.db.models import Job, JobState, Learnware, SpecSpaceRecord
+from app.jobs.dispatch import queue_depths
 from app.jobs.stages import QUEUES
 from app.runtime import Runtime
 
@@ -56,19 +57,6 @@ class RequestMetrics:
             LATENCY.labels(scope["method"], route).observe(time.perf_counter() - started)
 
 
-def queue_depths(celery_app: object) -> dict[str, int]:
-    """Messages waiting per queue, asked of the broker (passive declare: creates nothing)."""
-    depths: dict[str, int] = {}
-    with celery_app.connection_for_read() as conn:  # type: ignore[attr-defined]
-        channel = conn.default_channel
-        for queue in QUEUES:
-            try:
-                depths[queue] = int(channel.queue_declare(queue=queue, passive=True).message_count)
-            except Exception:
-                depths[queue] = 0
-    return depths
-
-
 class DockCollector(Collector):
     def __init__(self, runtime: Runtime):
         self.runtime = runtime
@@ -108,8 +96,9 @@ class DockCollector(Collector):
         for info in self.runtime.indexes.loaded():
             size.add_metric([info.space_id], info.size)
         try:
-            for queue, count in queue_depths(self.runtime.celery).items():
-                depth.add_metric([queue], count)
+            for queue, count in queue_depths(self.runtime.celery, QUEUES).items():
+                if count is not None:
+                    depth.add_metric([queue], count)
         except Exception as exc:
             log.warning("queue depth unavailable: %s", exc)
         yield from (jobs, stale, oldest, learnwares, version, size, depth)

@@ -156,9 +156,9 @@ class Learnware(TimestampMixin, Base):
     predictions_sha256: Mapped[str | None] = mapped_column(String(64))
     validation_log: Mapped[list[str]] = mapped_column(default=list)
     index_seq: Mapped[int | None] = mapped_column(BigInteger)
+    """The space's ``index_version`` at this learnware's last index change (add or remove)."""
     private: Mapped[bool] = mapped_column(default=False)
     """Seen by its owner (and admins) alone, never indexed: a user's own merge or fine-tune."""
-    """The space's ``index_version`` at this learnware's last index change (add or remove)."""
     ready_at: Mapped[datetime | None]
     deleted_at: Mapped[datetime | None]
 

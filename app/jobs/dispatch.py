@@ -48,6 +48,20 @@ class CeleryDispatcher:
         )
 
 
+def queue_depths(celery_app: Any, queues: tuple[str, ...]) -> dict[str, int | None]:
+    """Messages waiting per queue, asked of the broker (a passive declare creates nothing);
+    None where the broker could not say."""
+    depths: dict[str, int | None] = {}
+    with celery_app.connection_for_read() as conn:
+        channel = conn.default_channel
+        for queue in queues:
+            try:
+                depths[queue] = int(channel.queue_declare(queue=queue, passive=True).message_count)
+            except Exception:
+                depths[queue] = None
+    return depths
+
+
 def enqueue(session: Session, job_id: int, stage: Stage) -> None:
     """Send ``job_id`` for ``stage`` once this session's transaction commits."""
     session.info.setdefault(_PENDING, []).append(JobMessage(job_id, stage))

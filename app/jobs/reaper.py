@@ -8,6 +8,8 @@ import threading
 from datetime import timedelta
 
 from app.jobs import service
+from app.jobs.dispatch import queue_depths
+from app.jobs.stages import QUEUES
 from app.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -15,11 +17,16 @@ log = logging.getLogger(__name__)
 
 def reap_once(runtime: Runtime) -> service.ReapReport:
     settings = runtime.settings
+    try:
+        waiting: dict[str, int | None] = queue_depths(runtime.celery, QUEUES)
+    except Exception:  # broker unreachable: do not re-send blindly
+        waiting = dict.fromkeys(QUEUES)
     with runtime.db.session() as session:
         report = service.reap(
             session,
             stale_after=timedelta(seconds=settings.job_stale_after_s),
             redispatch_after=timedelta(seconds=settings.job_redispatch_after_s),
+            waiting=waiting,
         )
     if report.requeued or report.failed or report.redispatched:
         log.warning(

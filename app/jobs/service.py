@@ -9,7 +9,7 @@ finds its writes refused and stops (``JobLost``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -335,9 +335,17 @@ class ReapReport:
     redispatched: list[int] = field(default_factory=list)
 
 
-def reap(session: Session, *, stale_after: timedelta, redispatch_after: timedelta) -> ReapReport:
+def reap(
+    session: Session,
+    *,
+    stale_after: timedelta,
+    redispatch_after: timedelta,
+    waiting: Mapping[str, int | None] | None = None,
+) -> ReapReport:
     """Re-queue running jobs whose worker stopped beating (or fail them at max attempts), and
-    re-send queued jobs nobody claimed for a long time (a lost broker message)."""
+    re-send queued jobs nobody claimed for a long time whose queue is empty: their message was
+    lost (a publish that failed after the commit, a broker that lost its data). ``waiting`` is
+    the broker's message count per queue; a queue with messages waiting is only backlogged."""
     now = utcnow()
     report = ReapReport()
     stale = session.scalars(
@@ -369,6 +377,8 @@ def reap(session: Session, *, stale_after: timedelta, redispatch_after: timedelt
         .with_for_update(skip_locked=True)
     ).all()
     for job in forgotten:
+        if waiting is not None and waiting.get(job.queue) != 0:
+            continue
         job.dispatched_at = now
         job.log = _appended(job.log, _line("no worker claimed the job; sent again", now))
         session.flush()

@@ -93,16 +93,22 @@ def test_a_redelivered_message_takes_over_a_stale_job(runtime: Runtime, queued: 
         assert job is not None and job.state == JobState.succeeded and job.error is None
 
 
-def test_a_queued_job_nobody_claimed_is_sent_again(runtime: Runtime, queued: dict) -> None:  # type: ignore[type-arg]
+def test_a_queued_job_is_sent_again_only_when_its_message_was_lost(runtime: Runtime, queued: dict) -> None:  # type: ignore[type-arg]
+    from app.jobs.reaper import reap_once
+
+    runtime.settings.job_redispatch_after_s = 60
     with runtime.db.session() as session:
         job = session.get(Job, queued["job_id"])
         assert job is not None
         job.dispatched_at = utcnow() - timedelta(hours=2)
-    before = broker_messages(runtime)
-    with runtime.db.session() as session:
-        report = service.reap(session, stale_after=STALE, redispatch_after=timedelta(hours=1))
-    assert report.redispatched == [queued["job_id"]]
-    assert broker_messages(runtime) == before + 1
+    # Its message still waits in the broker: the queue is only backlogged.
+    assert broker_messages(runtime) == 1
+    assert reap_once(runtime).redispatched == []
+    # The broker lost it: the reaper sends it again.
+    for message in (runtime.settings.broker_dir / "queue").iterdir():
+        message.unlink()
+    assert reap_once(runtime).redispatched == [queued["job_id"]]
+    assert broker_messages(runtime) == 1
 
 
 def test_nothing_is_sent_when_the_transaction_rolls_back(runtime: Runtime, queued: dict) -> None:  # type: ignore[type-arg]

@@ -214,7 +214,14 @@ def _adapter_key(task: _Task, profile: MergeBenchProfile, base_sha: str) -> str:
     return f"{task.name}-{digest}"
 
 
-def _train_adapter(task: _Task, profile: MergeBenchProfile, folder: Path) -> dict[str, float]:
+def _pin_threads(threads: int | None) -> None:
+    if threads is not None:
+        torch.set_num_threads(threads)
+
+
+def _train_adapter(
+    task: _Task, profile: MergeBenchProfile, folder: Path, threads: int | None = None
+) -> dict[str, float]:
     """Train (or find cached) the task's LoRA learnware; returns its training facts."""
     meta_path = folder / "bench_meta.json"
     if meta_path.is_file() and (folder / "adapter_model.safetensors").is_file():
@@ -222,6 +229,7 @@ def _train_adapter(task: _Task, profile: MergeBenchProfile, folder: Path) -> dic
         return cached
     classifier = LoraClassifier.new(BASE, rank=profile.lora_rank, alpha=profile.lora_alpha, seed=profile.seed)
     classifier.max_tokens = profile.max_tokens
+    _pin_threads(threads)
     start = time.perf_counter()
     losses = classifier.fit(
         task.train.texts,
@@ -425,6 +433,7 @@ def _streaming_child() -> None:
     and then the JSON results on stdout."""
     request = json.loads(sys.stdin.read())
     jobs = [(key, method, params) for key, method, params in request["jobs"]]
+    torch.set_num_threads(int(request["threads"]))
 
     def report(done: int, total: int, message: str) -> None:
         print(message, flush=True)
@@ -508,10 +517,13 @@ def run_merge_benchmark(
     datasets_dir: Path,
     progress: Progress | None = None,
     cache_dir: Path | None = None,
+    threads: int | None = None,
 ) -> dict[str, object]:
     """Run the merging benchmark; writes JSON to `out` and a Markdown table beside it (`.md`).
 
-    `cache_dir` keeps the trained adapters (default: `<out's folder>/.cache/merge`).
+    `cache_dir` keeps the trained adapters (default: `<out's folder>/.cache/merge`). `threads` pins
+    torch's CPU threads (the encoder loader otherwise uses every core); one thread per process is
+    faster on a host that other jobs oversubscribe.
     """
     if profile not in PROFILES:
         raise InvalidInput(f"unknown merge benchmark profile {profile!r}; known: {', '.join(PROFILES)}")
@@ -531,13 +543,14 @@ def run_merge_benchmark(
     try:
         tasks = {name: _split_task(Path(datasets_dir), name, spec) for name in spec.tasks}
         base_encoder = load_encoder(BASE)
+        _pin_threads(threads)
         adapters_dir = cache / "adapters"
         train_facts: dict[str, dict[str, float]] = {}
         learnwares: dict[str, dict[str, LoraDelta]] = {}
         stage = time.perf_counter()
         for name, task in tasks.items():
             folder = adapters_dir / _adapter_key(task, spec, base_encoder.sha256)
-            train_facts[name] = _train_adapter(task, spec, folder)
+            train_facts[name] = _train_adapter(task, spec, folder, threads)
             learnwares[name] = load_lora_learnware(folder)
             steps.step(f"learnware {name}")
         stage_seconds["train"] = time.perf_counter() - stage
@@ -545,6 +558,7 @@ def run_merge_benchmark(
         stage = time.perf_counter()
         weight_names = sorted({weight for learnware in learnwares.values() for weight in learnware})
         evaluator = _Evaluator(load_encoder(BASE, fresh=True), weight_names)
+        _pin_threads(threads)
         per_task: dict[str, dict[str, float]] = {}
         for name, task in tasks.items():
             evaluator.prepare(task, spec.max_tokens)
@@ -717,7 +731,13 @@ def _measure_streaming(
             save_file(tuned, str(path))
             paths.append(str(path))
         del base_state
-        request = {"base": str(base_path), "finetuned": paths, "jobs": jobs, "out_dir": scratch}
+        request = {
+            "base": str(base_path),
+            "finetuned": paths,
+            "jobs": jobs,
+            "out_dir": scratch,
+            "threads": torch.get_num_threads(),
+        }
         results = _run_streaming_child(request, on_line)
     return results, base_bytes
 

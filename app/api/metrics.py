@@ -96,9 +96,9 @@ class DockCollector(Collector):
         for info in self.runtime.indexes.loaded():
             size.add_metric([info.space_id], info.size)
         try:
-            for queue, count in queue_depths(self.runtime.celery, QUEUES).items():
-                if count is not None:
-                    depth.add_metric([queue], count)
+            for queue, waiting in queue_depths(self.runtime.celery, QUEUES).items():
+                if waiting is not None:
+                    depth.add_metric([queue], waiting)
         except Exception as exc:
             log.warning("queue depth unavailable: %s", exc)
         yield from (jobs, stale, oldest, learnwares, version, size, depth)

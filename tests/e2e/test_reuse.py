@@ -1,0 +1,75 @@
+"""End to end: reuse jobs run by the embedded dock's real worker. Two LoRA learnwares are
+merged into a public one that is validated, fitted and indexed; one is fine-tuned on a user's
+shots into a private learnware that only that user sees."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from app.client import DockAPIError, DockClient
+from app.ml.data import few_shot, load_task
+from app.reuse.schemas import FinetuneCreate, MergeCreate, Shots
+from tests.e2e.conftest import PYTHON, TEST_ENV, Proc, Processes, free_port, wait_ready
+from tests.e2e.test_embedded import pavedock
+
+pytestmark = pytest.mark.e2e
+
+
+def test_merge_and_finetune_jobs_register_new_learnwares(
+    processes: Processes, lora_packages: dict[str, Path], datasets_dir: Path, tmp_path: Path
+) -> None:
+    env = {**os.environ, **TEST_ENV, "PAVEDOCK_DATA_DIR": str(tmp_path / "var"), "PAVEDOCK_DATABASE_URL": "",
+           "PAVEDOCK_BROKER_URL": ""}  # fmt: skip
+    port = free_port()
+    serve = processes.start(
+        Proc("serve", [PYTHON, "-m", "app.cli.main", "serve", "--port", str(port)], env,
+             tmp_path / "serve.log")
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    wait_ready(url, serve)
+    developer = pavedock(env, "keys", "create", "--role", "developer").strip().splitlines()[-1]
+    user = pavedock(env, "keys", "create", "--role", "user").strip().splitlines()[-1]
+    other = pavedock(env, "keys", "create", "--role", "user").strip().splitlines()[-1]
+
+    ids: dict[str, int] = {}
+    with DockClient(url, developer) as dev:
+        for name, package in lora_packages.items():
+            sub = dev.submit(package)
+            job = dev.wait(sub.job_id, timeout=600)
+            assert job.state.value == "succeeded", f"{job.error}\n{serve.tail()}"
+            ids[name] = sub.learnware_id
+
+    shots = few_shot(load_task(datasets_dir, "sst2", "train"), per_class=8, seed=0)
+    labelled = Shots(texts=shots.texts, labels=[int(y) for y in shots.labels], label_names=shots.label_names)
+    with DockClient(url, user) as client:
+        merged = client.merge(
+            MergeCreate(learnware_ids=[ids["sst2"], ids["sms_spam"]], method="iso_c", eval=labelled)
+        )
+        job = client.wait(merged.job_id, timeout=600)
+        assert job.state.value == "succeeded", f"{job.error}\n{serve.tail()}"
+        assert job.result is not None and job.result["heldout_accuracy"] is not None
+        ingest = client.wait(int(job.result["ingest_job_id"]), timeout=600)
+        assert ingest.state.value == "succeeded", ingest.error
+        merged_lw = client.learnware(int(job.result["learnware_id"]))
+        assert merged_lw.status.value == "ready" and merged_lw.label_names == [
+            "negative",
+            "positive",
+            "ham",
+            "spam",
+        ]
+
+        tuned = client.finetune(FinetuneCreate(learnware_id=ids["sst2"], steps=10, **labelled.model_dump()))
+        job = client.wait(tuned.job_id, timeout=600)
+        assert job.state.value == "succeeded", f"{job.error}\n{serve.tail()}"
+        assert {"heldout_accuracy", "identified_accuracy", "n_heldout"} <= set(job.result or {})
+        private_id = int(job.result["learnware_id"])  # type: ignore[index]
+        assert client.wait(int(job.result["ingest_job_id"]), timeout=600).state.value == "succeeded"  # type: ignore[index]
+        assert client.learnware(private_id).status.value == "ready"
+        client.download(private_id, tmp_path / "mine.zip")
+        assert (tmp_path / "mine.zip").stat().st_size > 0
+    with DockClient(url, other) as stranger, pytest.raises(DockAPIError) as refused:
+        stranger.learnware(private_id)
+    assert refused.value.status == 404

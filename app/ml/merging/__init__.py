@@ -22,6 +22,7 @@ Choices this package makes (ALGORITHMS.md §2 leaves them open):
 
 Drivers: `merge_state_dicts` / `merge_into_safetensors` stream full models tensor by tensor from
 `TensorSource`s; `merge_lora` merges LoRA learnwares in factor space (`lowrank.py`).
+The benchmark (`bench.run_merge_benchmark`) loads the encoder stack, so it is imported on its own.
 """
 
 from app.ml.merging.driver import (

@@ -16,6 +16,7 @@ from app.ml.errors import InvalidInput
 from app.ml.head import check_label_names
 from app.reuse.schemas import FinetuneCreate, MergeCreate, MergeMethodRead, Shots, TransferCreate
 from app.runtime import Runtime
+from app.tasks.service import class_ids
 
 MERGE = "reuse.merge"
 FINETUNE = "reuse.finetune"
@@ -34,27 +35,9 @@ def _adapter(session: Session, key: ApiKey, learnware_id: int) -> Learnware:
     return learnware
 
 
-def class_ids(labels: list[int] | list[str], names: list[str]) -> list[int]:
-    """Labels given as ids or names, as ids; refuses unknown ones."""
-    index = {name: i for i, name in enumerate(names)}
-    out: list[int] = []
-    for label in labels:
-        if isinstance(label, str):
-            if label not in index:
-                raise InvalidInput(f"label {label!r} is not among the label names {names}")
-            out.append(index[label])
-        elif 0 <= label < len(names):
-            out.append(int(label))
-        else:
-            raise InvalidInput(f"label id {label} is out of range for {len(names)} label names")
-    return out
-
-
 def _shots(shots: Shots) -> dict[str, Any]:
     names = check_label_names(shots.label_names)
     ids = class_ids(shots.labels, names)
-    if len(set(ids)) < 2:
-        raise InvalidInput("the shots cover a single class: at least two are needed")
     return {"texts": list(shots.texts), "labels": ids, "label_names": names}
 
 

@@ -26,7 +26,8 @@ from app.tasks.schemas import IdentifyResult, MatchRead, TaskCreate, TaskRead
 IDENTIFY = "task.identify"
 
 
-def _class_ids(labels: Sequence[int] | Sequence[str], names: list[str]) -> list[int]:
+def class_ids(labels: Sequence[int] | Sequence[str], names: list[str]) -> list[int]:
+    """Labels given as ids or as names, as ids; refuses unknown ones and a single class."""
     if all(isinstance(label, str) for label in labels):
         index = {name: i for i, name in enumerate(names)}
         unknown = sorted({str(label) for label in labels if label not in index})
@@ -55,7 +56,7 @@ def create_few_shot(
     if too_long:
         raise InvalidInput(f"text {too_long[0]} has over {settings.max_text_chars} characters")
     names = check_label_names(body.label_names)
-    ids = _class_ids(body.labels, names)
+    ids = class_ids(body.labels, names)
     record = spaces.get_space(session, runtime.default_space_id)
     task = UserTask(
         owner_id=owner.id,

@@ -132,7 +132,7 @@ def test_finetune_checks_the_shots(client: TestClient, keys: Keys, market: dict[
     assert client.post("/v1/finetunes", json=good, headers=keys.auth("user")).status_code == 202
     unknown = {**good, "labels": ["positive", "negative", "great", "negative"]}
     response = client.post("/v1/finetunes", json=unknown, headers=keys.auth("user"))
-    assert response.status_code == 422 and "'great' is not among" in response.text
+    assert response.status_code == 422 and "['great'] are not among" in response.text
     single = {**good, "labels": [1, 1, 1, 1]}
     assert "single class" in client.post("/v1/finetunes", json=single, headers=keys.auth("user")).text
 

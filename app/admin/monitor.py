@@ -251,7 +251,12 @@ class AdminMonitor:
         self.inspector = inspector
         self.sample_interval_s = sample_interval_s
         self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self._sampler = threading.Thread(
+            target=self._sample_forever, name="admin-request-sampler", daemon=True
+        )
+        self._asker = threading.Thread(
+            target=self.inspector.run, args=(self._stop,), name="admin-worker-inspector", daemon=True
+        )
 
     def _sample_forever(self) -> None:
         self.history.sample()
@@ -259,18 +264,15 @@ class AdminMonitor:
             self.history.sample()
 
     def start(self) -> None:
-        self._threads = [
-            threading.Thread(target=self._sample_forever, name="admin-request-sampler", daemon=True),
-            threading.Thread(
-                target=self.inspector.run, args=(self._stop,), name="admin-worker-inspector", daemon=True
-            ),
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._sampler.start()
+        self._asker.start()
 
     def stop(self) -> None:
-        """Stop both threads; a broadcast in flight is not waited for (its thread is a daemon)."""
+        """Stop both threads. A broadcast in flight is not waited for: it ends by its own
+        timeout, and its thread (a daemon) then sees the stop."""
         self._stop.set()
         self.inspector.wake()
-        for thread in self._threads:
-            thread.join(timeout=1.0)
+        if self._sampler.is_alive():
+            self._sampler.join(timeout=1.0)
+        if self._asker.is_alive():
+            self._asker.join(timeout=0.05)

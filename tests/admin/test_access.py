@@ -1,9 +1,11 @@
 """Only admins use the admin routes: every route under /v1/admin and /admin, listed from the
-app itself (a route added later is covered too), refuses user and developer keys with 403."""
+app itself (a route added later is covered too), refuses user and developer keys with 403, by
+either header."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 import pytest
 from fastapi.routing import APIRoute
@@ -11,8 +13,11 @@ from fastapi.testclient import TestClient
 
 from app.admin.endpoints import pages
 from app.api.main import create_app
+from app.auth.service import create_key
+from app.db.models import Role
+from app.runtime import Runtime
 from app.settings import Settings
-from tests.api.conftest import Keys
+from tests.api.conftest import Keys, empty_tables
 
 
 def admin_routes() -> list[tuple[str, str]]:
@@ -58,19 +63,48 @@ def test_the_dashboards_routes_are_all_listed() -> None:
         assert expected in API
 
 
-@pytest.mark.parametrize("who", ["user", "developer"])
+@pytest.fixture(scope="module")
+def refusing_client(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    """One app for the many refusals below (starting an app per request is most of their time)."""
+    settings = Settings(
+        environment="testing", data_dir=tmp_path_factory.mktemp("access") / "var", database_url=database_url
+    )
+    runtime = Runtime.create(settings, persist_index=False)
+    try:
+        with TestClient(create_app(runtime=runtime)) as client:
+            yield client
+    finally:
+        empty_tables(runtime)
+        runtime.db.dispose()
+
+
+NON_ADMIN = (Role.user, Role.developer)
+
+
+@pytest.fixture
+def non_admin_tokens(refusing_client: TestClient) -> list[str]:
+    """A fresh key of each non-admin role (other tests empty the database between tests)."""
+    runtime: Runtime = refusing_client.app.state.runtime  # type: ignore[attr-defined]
+    with runtime.db.session() as session:
+        return [create_key(session, role=role, name=role.value).token for role in NON_ADMIN]
+
+
 @pytest.mark.parametrize(("method", "path"), ADMIN_ROUTES)
-def test_non_admins_get_403(method: str, path: str, who: str, client: TestClient, keys: Keys) -> None:
-    for headers in (keys.auth(who), {"X-API-Key": getattr(keys, who)}):
-        response = client.request(method, concrete(path), headers=headers, json={})
-        assert response.status_code == 403, response.text
-        assert response.json()["error"]["code"] == "forbidden"
+def test_non_admins_get_403(
+    method: str, path: str, refusing_client: TestClient, non_admin_tokens: list[str]
+) -> None:
+    for token in non_admin_tokens:
+        for headers in ({"Authorization": f"Bearer {token}"}, {"X-API-Key": token}):
+            response = refusing_client.request(method, concrete(path), headers=headers, json={})
+            assert response.status_code == 403, response.text
+            assert response.json()["error"]["code"] == "forbidden"
 
 
 @pytest.mark.parametrize(("method", "path"), API)
-def test_no_key_gets_401(method: str, path: str, client: TestClient, keys: Keys) -> None:
-    response = client.request(method, concrete(path), json={})
+def test_no_key_gets_401(method: str, path: str, refusing_client: TestClient) -> None:
+    response = refusing_client.request(method, concrete(path), json={})
     assert response.status_code == 401
+    assert response.json()["error"]["code"] == "unauthorized"
 
 
 @pytest.mark.parametrize(("method", "path"), API)

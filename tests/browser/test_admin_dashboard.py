@@ -1,7 +1,8 @@
 """The admin dashboard in headless Chromium against a real dock (uvicorn + a Celery worker):
 refuses a developer key, signs in as admin, shows a running job's progress and a failed job's
 reason, retries it (the real worker runs it again), approves a learnware the worker validated,
-and leaves a screenshot in docs/admin-dashboard.png."""
+rejects another, cancels a job, links to Flower, and leaves a screenshot in
+docs/admin-dashboard.png."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 from app.jobs.stages import FIT_TASK_SPEC, REBUILD_INDEX
 from app.ml.builders import train_tfidf_onnx_learnware
 from app.ml.data import load_task
-from tests.admin.conftest import failed_job, running_job
+from tests.admin.conftest import failed_job, learnware_awaiting_review, running_job
 from tests.api.conftest import write_spec
 from tests.browser.conftest import REPO, WORKER_NAME, Dock
 
@@ -58,6 +59,11 @@ def submit_learnware(dock: Dock, datasets_dir: Path, tmp_path: Path) -> tuple[in
     )
     assert response.status_code == 202, response.text
     return int(response.json()["learnware_id"]), int(response.json()["job_id"])
+
+
+def space(dock: Dock) -> tuple[str, int]:
+    [record] = httpx.get(f"{dock.url}/v1/spec-spaces", headers=dock.auth(dock.developer)).json()
+    return str(record["id"]), int(record["dim"])
 
 
 def job_state(dock: Dock, job_id: int) -> dict[str, Any]:
@@ -150,6 +156,29 @@ def test_admin_dashboard_in_chromium(dock: Dock, browser: Any, datasets_dir: Pat
         f"{dock.url}/v1/learnwares/{learnware_id}", headers=dock.auth(dock.developer)
     ).json()
     assert learnware["status"] == "ready"
+
+    # Reject another, with a reason typed across a few of the page's refreshes.
+    other = learnware_awaiting_review(
+        dock.runtime, space(dock), dock.developer.split("_")[1], "near-duplicate"
+    )
+    other_row = f'#review tr[data-learnware="{other}"]'
+    wait_for("the second learnware", lambda: find(f'{other_row} [data-action="reject"]')).click()
+    reason_field = find(f"{other_row} input")
+    for word in ("duplicates", " learnware ", str(learnware_id)):
+        reason_field.send_keys(word)
+        time.sleep(1.5)
+    find(f'{other_row} [data-action="confirm-reject"]').click()
+    wait_for("the rejection", lambda: not driver.find_elements(By.CSS_SELECTOR, other_row))
+    rejected = httpx.get(f"{dock.url}/v1/learnwares/{other}", headers=dock.auth(dock.admin)).json()
+    assert (rejected["status"], rejected["status_reason"]) == (
+        "rejected",
+        f"duplicates learnware {learnware_id}",
+    )
+
+    # Cancel the running job.
+    find(f'{row} [data-action="cancel"]').click()
+    wait_for("the cancellation", lambda: find(f"{row} .badge").text == "cancelled")
+    assert job_state(dock, running)["state"] == "cancelled"
 
     # Flower, started as `pavedock serve` starts it, behind the dashboard's link.
     link = find("#flower-link")

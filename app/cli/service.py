@@ -423,6 +423,7 @@ def task(
     ] = False,
     top_k: int = 10,
     timeout: float = 900.0,
+    as_json: Annotated[bool, typer.Option("--json", help="print the task with its matches as JSON")] = False,
     url: Url = DEFAULT_URL,
     key: Key = None,
 ) -> None:
@@ -433,16 +434,21 @@ def task(
     with _client(url, key) as client:
         try:
             sub = client.task(texts, labels, _label_names(label_names), top_k=top_k, local_spec=local)
-            console.print(
-                f"task {sub.task_id} posted; job {sub.job_id}" + (" (spec computed here)" if local else "")
-            )
-            _wait_and_report(client, sub.job_id, timeout)
+            if as_json:
+                client.wait(sub.job_id, timeout=timeout)
+            else:
+                where = " (spec computed here)" if local else ""
+                console.print(f"task {sub.task_id} posted; job {sub.job_id}{where}")
+                _wait_and_report(client, sub.job_id, timeout)
             result = client.task_result(sub.task_id)
         except DockAPIError as exc:
             _fail(exc)
             return
     if result.error:
         _fail(RuntimeError(result.error))
+    if as_json:
+        typer.echo(result.model_dump_json(indent=2))
+        return
     print_matches(result.matches)
 
 

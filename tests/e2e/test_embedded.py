@@ -3,6 +3,7 @@ broker, its own worker), keys from ``pavedock keys create``, then a restart."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -45,19 +46,36 @@ def test_serve_runs_the_dock_on_one_machine(
     developer = pavedock(env, "keys", "create", "--role", "developer").strip().splitlines()[-1]
     user = pavedock(env, "keys", "create", "--role", "user").strip().splitlines()[-1]
 
+    # The command line on the client: submit and follow a job, post a task computed locally.
+    submitted = pavedock(env, "submit", str(tfidf_packages["trec"]), "--url", url, "--key", developer)
+    assert "ready" in submitted, submitted
     with DockClient(url, developer) as dev:
-        ids = {}
-        for name in ("sst2", "trec"):
-            sub = dev.submit(tfidf_packages[name])
-            job = dev.wait(sub.job_id, timeout=600)
-            assert job.state.value == "succeeded", f"{job.error}\n{serve.tail()}"
-            ids[name] = sub.learnware_id
+        sub = dev.submit(tfidf_packages["sst2"])
+        job = dev.wait(sub.job_id, timeout=600)
+        assert job.state.value == "succeeded", f"{job.error}\n{serve.tail()}"
+        ids = {lw.name.split("-")[0]: lw.id for lw in dev.learnwares(mine=True).items}
+    assert set(ids) == {"trec", "sst2"}
     query = few_shot(load_task(datasets_dir, "trec", "test"), per_class=8, seed=2)
     with DockClient(url, user) as client:
         posted = client.task(query.texts, [int(y) for y in query.labels], query.label_names, top_k=2)
         result = client.wait_task(posted.task_id, timeout=300)
         assert result.status.value == "ready", result.error
         assert result.matches[0].learnware_id == ids["trec"]
+    shots = tmp_path / "shots.jsonl"
+    shots.write_text(
+        "".join(
+            json.dumps({"text": t, "label": query.label_names[int(y)]}) + "\n"
+            for t, y in zip(query.texts, query.labels, strict=True)
+        )
+    )
+    names = ",".join(query.label_names)
+    ranked = pavedock(
+        env, "task", str(shots), "--label-names", names, "--local", "--json", "--url", url, "--key", user
+    )
+    task = json.loads(ranked)
+    assert task["n_examples"] == 0 and task["matches"][0]["learnware_id"] == ids["trec"]
+    pavedock(env, "download", str(ids["trec"]), "--out", str(tmp_path), "--url", url, "--key", user)
+    assert (tmp_path / f"learnware-{ids['trec']}.zip").read_bytes() == tfidf_packages["trec"].read_bytes()
 
     # A restart of the whole embedded dock keeps the market and the index.
     serve.stop()

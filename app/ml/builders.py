@@ -7,8 +7,8 @@ same zip bytes).
 
 - :func:`train_lora_learnware`: a LoRA adapter (r = 8 on the attention query/value) of a
   registered base, trained with the label-name head (``peft-lora``);
-- :func:`train_linear_head_learnware`: logistic regression on the frozen base's pooler
-  output, written into a BertForSequenceClassification's ``classifier`` (``hf-seqcls``);
+- :func:`train_linear_head_learnware`: logistic regression on the frozen base's (standardised)
+  pooler output, written into a BertForSequenceClassification's ``classifier`` (``hf-seqcls``);
 - :func:`train_tfidf_onnx_learnware`: TF-IDF + logistic regression exported with skl2onnx
   (``onnx``), a model that is not a transformer.
 
@@ -226,24 +226,31 @@ def pooler_features(
 
 
 def fit_logistic_head(
-    features: np.ndarray, labels: np.ndarray, num_classes: int, c: float = 1.0
+    features: np.ndarray, labels: np.ndarray, num_classes: int, c: float = 0.1
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Multinomial logistic regression as (weight C×d, bias C) whose softmax gives its probabilities.
+    """Multinomial logistic regression on standardised features, as (weight C×d, bias C) on the
+    raw features: softmax(weight·x + bias) gives its probabilities.
 
-    Classes absent from ``labels`` get a zero row and a very negative bias.
+    Standardising matters here: pooler outputs have small, uneven scales, and unscaled
+    regression underfits (on sst2, trec and sms_spam, standardised with C = 0.1 matched or beat
+    every unscaled C). Classes absent from ``labels`` get a zero row and a very negative bias.
     """
+    mean = features.mean(axis=0)
+    scale = np.maximum(features.std(axis=0), 1e-6)
     with threadpool_limits(limits=1):  # one BLAS thread: fast on small problems, reproducible
-        clf = LogisticRegression(C=c, max_iter=2000).fit(features, labels)
+        clf = LogisticRegression(C=c, max_iter=2000).fit((features - mean) / scale, labels)
+    coef = clf.coef_ / scale
+    intercept = clf.intercept_ - coef @ mean
     weight = np.zeros((num_classes, features.shape[1]), dtype=np.float64)
     bias = np.full(num_classes, -30.0, dtype=np.float64)
     classes = clf.classes_.astype(np.int64)
     if len(classes) == 2:
         # sklearn keeps one row w for two classes: softmax([0, w·x + b]) = sigmoid(w·x + b).
-        bias[classes] = [0.0, float(clf.intercept_[0])]
-        weight[classes[1]] = clf.coef_[0]
+        bias[classes] = [0.0, float(intercept[0])]
+        weight[classes[1]] = coef[0]
     else:
-        weight[classes] = clf.coef_
-        bias[classes] = clf.intercept_
+        weight[classes] = coef
+        bias[classes] = intercept
     return weight, bias
 
 
@@ -255,7 +262,7 @@ def train_linear_head_learnware(
     seed: int = 0,
     corrupt: float = 0.0,
     max_examples: int | None = 4000,
-    c: float = 1.0,
+    c: float = 0.1,
     max_tokens: int = 128,
     n_inputs: int = DECLARED_INPUTS,
     name: str | None = None,

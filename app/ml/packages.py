@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickletools
 import re
 import shutil
 import stat
@@ -86,7 +87,10 @@ _MAGIC: tuple[tuple[bytes, str], ...] = (
 )
 # Protocol 0/1 pickles have no header; most start by importing a callable (GLOBAL opcode).
 _PICKLE_GLOBAL = re.compile(rb"^[(\]}]*c[A-Za-z_][\w.]*\n[A-Za-z_][\w.]*\n")
+# PROTO, then a real opcode: a safetensors header length such as 0x0380 starts "\x80\x03\x00".
+_PICKLE_OPCODES = frozenset(op.code.encode("latin-1")[0] for op in pickletools.opcodes)
 _NPY_MAGIC = b"\x93NUMPY"
+_SAFETENSORS_MAX_HEADER = 100 << 20
 _DRIVE = re.compile(r"^[A-Za-z]:")
 _CHUNK = 1 << 20
 _FIXED_DATE = (1980, 1, 1, 0, 0, 0)
@@ -342,7 +346,7 @@ def _check_base(manifest: Manifest) -> None:
 
 def content_threat(head: bytes) -> str | None:
     """What the first bytes of a file reveal it to be, if it is something the dock refuses."""
-    if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
+    if len(head) >= 3 and head[0] == 0x80 and 2 <= head[1] <= 5 and head[2] in _PICKLE_OPCODES:
         return f"a pickle (protocol {head[1]})"
     if _PICKLE_GLOBAL.match(head):
         return "a pickle (protocol 0/1)"
@@ -350,6 +354,13 @@ def content_threat(head: bytes) -> str | None:
         if head.startswith(magic):
             return what
     return None
+
+
+def _check_safetensors_head(head: bytes, name: str) -> None:
+    """A safetensors file: an 8-byte little-endian header length, then a JSON header."""
+    size = int.from_bytes(head[:8], "little") if len(head) >= 8 else 0
+    if not 2 <= size <= _SAFETENSORS_MAX_HEADER or head[8:9] != b"{":
+        raise InvalidPackage(f"member {name!r} is not a safetensors file")
 
 
 def _extract_member(
@@ -360,9 +371,12 @@ def _extract_member(
     with zf.open(info) as src, target.open("xb") as dst:
         while chunk := src.read(_CHUNK):
             if count == 0:
-                threat = content_threat(chunk[:64])
-                if threat:
-                    raise UnsafePackage(f"member {info.filename!r} is {threat}")
+                if info.filename.endswith(".safetensors"):
+                    _check_safetensors_head(chunk, info.filename)
+                else:
+                    threat = content_threat(chunk[:64])
+                    if threat:
+                        raise UnsafePackage(f"member {info.filename!r} is {threat}")
             count += len(chunk)
             if count > info.file_size:
                 raise UnsafePackage(

@@ -41,10 +41,11 @@ ONNX_MANIFEST = {
 }
 LORA_MANIFEST = {**ONNX_MANIFEST, "model_format": "peft-lora", "base_model": "all-MiniLM-L6-v2"}
 SEQCLS_MANIFEST = {**ONNX_MANIFEST, "model_format": "hf-seqcls"}
-LORA_FILES = {"adapter/adapter_config.json": b"{}", "adapter/adapter_model.safetensors": b"\x08\x00"}
+EMPTY_SAFETENSORS = struct.pack("<Q", 2) + b"{}"
+LORA_FILES = {"adapter/adapter_config.json": b"{}", "adapter/adapter_model.safetensors": EMPTY_SAFETENSORS}
 SEQCLS_FILES = {
     "model/config.json": json.dumps({"model_type": "bert"}).encode(),
-    "model/model.safetensors": b"\x08\x00",
+    "model/model.safetensors": EMPTY_SAFETENSORS,
     "model/tokenizer.json": b"{}",
 }
 
@@ -89,7 +90,7 @@ def test_build_and_extract_round_trip(tmp_path: Path) -> None:
         {
             "model.onnx": b"\x08\x07",
             "inputs.jsonl": inputs_jsonl(texts),
-            "spec/pave.safetensors": b"\x08\x00",
+            "spec/pave.safetensors": EMPTY_SAFETENSORS,
             "spec/pave.json": b"{}",
         },
     )
@@ -290,6 +291,20 @@ def test_refuses_pickles_and_binaries_by_content(tmp_path: Path, content: bytes,
     assert_refused(zip_path, tmp_path, UnsafePackage, f"'notes.txt' is .*{what}")
 
 
+def test_safetensors_headers_are_not_mistaken_for_pickles(tmp_path: Path) -> None:
+    # A 0x380-byte header starts "\x80\x03", like a protocol-3 pickle; 0x5a4d starts "MZ".
+    for size in (0x380, 0x5A4D, 0x2123):
+        tensors = struct.pack("<Q", size) + b"{" + b" " * (size - 2) + b"}"
+        zip_path = write_zip(tmp_path / f"{size}.zip", [*onnx_members(), ("extra.safetensors", tensors)])
+        assert extract_package(zip_path, tmp_path / f"ok-{size}").model_path.is_file()
+
+
+@pytest.mark.parametrize("content", [pickle.dumps({"a": 1}, protocol=4), b"\x08", b"MZ\x90" + bytes(40)])
+def test_refuses_fake_safetensors(tmp_path: Path, content: bytes) -> None:
+    zip_path = write_zip(tmp_path / "p.zip", [*onnx_members(), ("weights.safetensors", content)])
+    assert_refused(zip_path, tmp_path, InvalidPackage, "'weights.safetensors' is not a safetensors file")
+
+
 def _npy(array: np.ndarray) -> bytes:
     buffer = io.BytesIO()
     np.save(buffer, array, allow_pickle=True)
@@ -440,7 +455,11 @@ def test_refuses_declared_files_that_are_missing(tmp_path: Path) -> None:
         write_zip(tmp_path / "i.zip", members), tmp_path, InvalidPackage, "'inputs.jsonl' is not in"
     )
     with_spec = {**ONNX_MANIFEST, "spec": "spec"}
-    members = [(MANIFEST_NAME, yaml_of(with_spec)), ("model.onnx", b"\x08"), ("spec.safetensors", b"\x08")]
+    members = [
+        (MANIFEST_NAME, yaml_of(with_spec)),
+        ("model.onnx", b"\x08"),
+        ("spec.safetensors", EMPTY_SAFETENSORS),
+    ]
     assert_refused(write_zip(tmp_path / "s.zip", members), tmp_path, InvalidPackage, "lacks 'spec.json'")
 
 

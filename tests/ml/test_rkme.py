@@ -115,7 +115,7 @@ def test_rkme_of_real_texts_finds_their_task(datasets_dir: Path) -> None:
     encoder = load_encoder("all-MiniLM-L6-v2")
     names = ["sst2", "trec", "sms_spam"]
     market = {
-        i: rkme_of_texts(encoder, load_task(datasets_dir, name, "train", limit=60, seed=0).texts, m=30)
+        i: rkme_of_texts(encoder, load_task(datasets_dir, name, "train", limit=50, seed=0).texts, m=30)
         for i, name in enumerate(names)
     }
     for i, name in enumerate(names):

@@ -101,9 +101,15 @@ def _weights_sha256_cached(path: str, _key: tuple[tuple[str, int, int], ...]) ->
 
 
 def configure_threads() -> None:
-    """Use every CPU core for torch on a CPU-only host (torch defaults to physical cores)."""
-    if not torch.cuda.is_available():
-        torch.set_num_threads(max(1, os.cpu_count() or 1))
+    """Torch threads on a CPU-only host: ``PAVEDOCK_TORCH_THREADS``, else every core.
+
+    Several torch processes sharing the cores (API, workers, tests) each spinning every core
+    run many times slower than with one thread each: set PAVEDOCK_TORCH_THREADS=1 for them.
+    """
+    if torch.cuda.is_available():
+        return
+    wanted = os.environ.get("PAVEDOCK_TORCH_THREADS", "").strip()
+    torch.set_num_threads(max(1, int(wanted) if wanted.isdigit() else os.cpu_count() or 1))
 
 
 def default_device() -> torch.device:

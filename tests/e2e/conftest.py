@@ -38,7 +38,9 @@ TEST_ENV = {
     "PAVEDOCK_SERVE_FLOWER": "false",  # the browser test covers Flower
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
-    "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 2))),
+    # API and workers share the cores with the test process: one torch thread each.
+    "OMP_NUM_THREADS": "1",
+    "PAVEDOCK_TORCH_THREADS": "1",
 }
 
 

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
+from app.runtime import Runtime
 from tests.api.conftest import Keys
+from tests.api.test_migrations import script_head
 
 
-def test_liveness_and_readiness(client: TestClient) -> None:
+def test_liveness_and_readiness(client: TestClient, runtime: Runtime) -> None:
     assert client.get("/healthz").json() == {"status": "ok"}
     ready = client.get("/readyz")
     assert ready.status_code == 200
     checks = ready.json()["checks"]
     assert all(checks[name]["ok"] for name in ("database", "broker", "store", "index"))
-    assert checks["database"]["revision"] == "0001"
+    assert checks["database"]["revision"] == script_head(runtime.settings.resolved_database_url)
 
 
 def test_metrics_cover_requests_jobs_queues_and_the_index(client: TestClient, keys: Keys) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,8 @@ from app.ml.merging import METHODS
 from app.ml.merging.bench import (
     PROFILES,
     _groups,
+    _Steps,
+    _tune_on_dev,
     load_lora_learnware,
     merge_markdown,
     run_merge_benchmark,
@@ -87,9 +90,26 @@ def test_markdown_report_has_a_row_per_variant() -> None:
         "base_bytes": 2**20,
         "lowrank_speedup": {"iso_c": 12.0},
         "tasks": {"sst2": {"own_test": 0.8, "zero_shot_test": 0.6, "own_dev": 0.79, "test_examples": 150.0}},
+        "chosen_hyperparameters": {"iso_c": {"2": [{"alpha": 1.5}], "4": [{"alpha": 3.0}, {"alpha": 1.5}]}},
     }
     markdown = merge_markdown(result)
-    assert "| `pact+iso_c` | 0.900 | 0.800 | 0.900 | 0.800 | – | – | – |" in markdown
-    assert "| `iso_c` | 0.900 | 0.800 | 0.900 | 0.800 | 1.250 | 2.000 | 12.0× |" in markdown
+    assert "| `pact+iso_c` | 0.900 | 0.800 | 0.900 | 0.800 | – | – | – | – |" in markdown
+    assert "| `iso_c` | 0.900 | 0.800 | 0.900 | 0.800 | 1.5 / 3,1.5 | 1.250 | 2.000 | 12.0× |" in markdown
     assert "| zero-shot base | 0.500 | 0.400 |" in markdown
     assert "| sst2 | 0.800 | 0.600 | 0.790 | 150 |" in markdown
+
+
+def test_grid_extends_while_the_best_is_on_its_edge() -> None:
+    seen: list[str] = []
+    steps = _Steps(3, lambda done, total, message: seen.append(f"{done}/{total} {message}"))
+
+    def score(scale: float) -> tuple[float, dict[str, torch.Tensor]]:
+        return -abs(math.log(scale / 2.8)), {"w": torch.full((1,), scale)}
+
+    best, curve, updates = _tune_on_dev(score, (0.35, 0.7, 1.4), 3, steps, "lam")
+    assert best == pytest.approx(2.8) and updates["w"].item() == pytest.approx(2.8)
+    assert sorted(curve) == pytest.approx([0.35, 0.7, 1.4, 2.8, 5.6])
+    assert seen[-1].startswith("5/5 lam=5.6 dev")
+
+    low, low_curve, _ = _tune_on_dev(lambda s: (-s, {}), (0.4, 0.8), 2, _Steps(2, None), "alpha")
+    assert low == pytest.approx(0.1) and min(low_curve) == pytest.approx(0.1)

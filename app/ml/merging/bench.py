@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
@@ -79,6 +80,8 @@ class MergeBenchProfile:
     """Parameters held at one value per method."""
     pact: Mapping[str, object] = field(default_factory=dict)
     """PACT's parameters for the `pact+` variants (besides pact=True)."""
+    grid_extensions: int = 2
+    """Extra grid points tried, geometrically, while the best dev score lies on the grid's edge."""
     timing_repeats: int = 3
     seed: int = 0
 
@@ -313,6 +316,63 @@ class _Evaluator:
         return correct / len(labels)
 
 
+def _dev_score(
+    evaluator: _Evaluator,
+    tasks: Mapping[str, _Task],
+    per_task: Mapping[str, Mapping[str, float]],
+    profile: MergeBenchProfile,
+    members: Sequence[Mapping[str, LoraDelta]],
+    group: Sequence[str],
+    method: str,
+    pact: bool,
+    scale: float,
+) -> tuple[float, dict[str, Tensor]]:
+    """Mean normalised dev accuracy of the group merged at `scale`, and the merged updates."""
+    params = _params(profile, method, pact, scale)
+    updates = _dense_updates(merge_lora(members, method, params, base_weights=evaluator.base))
+    evaluator.set_updates(updates)
+    dev = [evaluator.accuracy(tasks[name], "dev") / per_task[name]["own_dev"] for name in group]
+    return float(np.mean(dev)), updates
+
+
+def _tune_on_dev(
+    score: Callable[[float], tuple[float, dict[str, Tensor]]],
+    grid: Sequence[float],
+    extensions: int,
+    steps: _Steps,
+    label: str,
+) -> tuple[float, dict[float, float], dict[str, Tensor]]:
+    """The scale with the best dev score over `grid`, extending the grid geometrically (up to
+    `extensions` times) while the best lies on its edge; returns it, every score, and its updates."""
+    curve: dict[float, float] = {}
+    best: tuple[float, float, dict[str, Tensor]] | None = None
+
+    def visit(scale: float) -> None:
+        nonlocal best
+        value, updates = score(scale)
+        curve[scale] = value
+        if best is None or value > best[0]:
+            best = (value, scale, updates)
+        steps.step(f"{label}={scale:g} dev {value:.3f}")
+
+    values = sorted(grid)
+    for scale in values:
+        visit(scale)
+    for _ in range(extensions if len(values) > 1 else 0):
+        assert best is not None
+        known = sorted(curve)
+        if best[1] == known[-1]:
+            new = known[-1] * known[-1] / known[-2]
+        elif best[1] == known[0]:
+            new = known[0] * known[0] / known[1]
+        else:
+            break
+        steps.grow(1)
+        visit(round(new, 6))
+    assert best is not None
+    return best[1], curve, best[2]
+
+
 def _groups(profile: MergeBenchProfile) -> dict[int, list[tuple[str, ...]]]:
     rng = np.random.default_rng(profile.seed)
     out: dict[int, list[tuple[str, ...]]] = {}
@@ -498,6 +558,12 @@ class _Steps:
             else None
         )
 
+    def grow(self, extra: int) -> None:
+        """Add `extra` steps to the total (a grid extended at run time)."""
+        self.total += extra
+        if self._bar is not None:
+            self._bar.total = self.total
+
     def step(self, message: str) -> None:
         self.done += 1
         if self._progress is not None:
@@ -582,35 +648,23 @@ def run_merge_benchmark(
             for group in group_list:
                 members = [learnwares[name] for name in group]
                 for key, method, pact in all_variants:
-                    best: tuple[float, float, dict[str, Tensor]] | None = None
-                    for scale in spec.grids[method]:
-                        updates = _dense_updates(
-                            merge_lora(
-                                members,
-                                method,
-                                _params(spec, method, pact, scale),
-                                base_weights=evaluator.base,
-                            )
-                        )
-                        evaluator.set_updates(updates)
-                        dev = float(
-                            np.mean(
-                                [evaluator.accuracy(tasks[n], "dev") / per_task[n]["own_dev"] for n in group]
-                            )
-                        )
-                        if best is None or dev > best[0]:
-                            best = (dev, scale, updates)
-                        steps.step(f"{key} ×{size} {scale_param(method)}={scale} dev {dev:.3f}")
-                    assert best is not None
-                    evaluator.set_updates(best[2])
+                    dev_score = partial(
+                        _dev_score, evaluator, tasks, per_task, spec, members, group, method, pact
+                    )
+                    label = f"{key} ×{size} {scale_param(method)}"
+                    best_scale, curve, best_updates = _tune_on_dev(
+                        dev_score, spec.grids[method], spec.grid_extensions, steps, label
+                    )
+                    evaluator.set_updates(best_updates)
                     test = {n: evaluator.accuracy(tasks[n], "test") for n in group}
                     runs.append(
                         {
                             "variant": key,
                             "group_size": size,
                             "tasks": list(group),
-                            "chosen": {scale_param(method): best[1]},
-                            "dev_normalized_accuracy": best[0],
+                            "chosen": {scale_param(method): best_scale},
+                            "dev_normalized_accuracy": curve[best_scale],
+                            "dev_curve": {str(scale): score for scale, score in sorted(curve.items())},
                             "test_accuracy": test,
                             "normalized_accuracy": {n: test[n] / per_task[n]["own_test"] for n in group},
                         }
@@ -819,6 +873,18 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> s
     return "\n".join(lines)
 
 
+def _chosen_text(chosen: Mapping[str, Sequence[Mapping[str, object]]], sizes: Sequence[str]) -> str:
+    """The chosen scales per group size, e.g. `0.7 / 0.7 / 1.4` (groups of one size joined by commas)."""
+    if not chosen:
+        return "–"
+    return " / ".join(
+        ",".join(
+            f"{value:g}" for run in chosen.get(size, []) for value in run.values() if isinstance(value, float)
+        )
+        for size in sizes
+    )
+
+
 def merge_markdown(result: Mapping[str, object]) -> str:
     """The benchmark's result as Markdown: normalised and absolute accuracy per method and group
     size, time and memory of the streaming merge, the low-rank speed-up, and the learnwares."""
@@ -830,7 +896,9 @@ def merge_markdown(result: Mapping[str, object]) -> str:
     base_bytes = result["base_bytes"]
     speedup = result["lowrank_speedup"]
     tasks = result["tasks"]
+    chosen = result.get("chosen_hyperparameters", {})
     assert isinstance(normalized, dict) and isinstance(absolute, dict) and isinstance(zero_shot, dict)
+    assert isinstance(chosen, dict)
     assert isinstance(seconds, dict) and isinstance(memory, dict) and isinstance(base_bytes, int)
     assert isinstance(speedup, dict) and isinstance(tasks, dict)
     sizes = sorted(zero_shot, key=int)
@@ -838,7 +906,7 @@ def merge_markdown(result: Mapping[str, object]) -> str:
         ["method"]
         + [f"norm. acc ×{size}" for size in sizes]
         + [f"abs. acc ×{size}" for size in sizes]
-        + ["merge s (×8, streaming)", "peak mem ÷ base", "low-rank speed-up"]
+        + ["λ/α chosen on dev", "merge s (streaming)", "peak mem ÷ base", "low-rank speed-up"]
     )
     rows: list[list[object]] = []
     for key in normalized:
@@ -847,12 +915,13 @@ def merge_markdown(result: Mapping[str, object]) -> str:
             + [normalized[key][size] for size in sizes]
             + [absolute[key][size] for size in sizes]
             + [
+                _chosen_text(chosen.get(key, {}), sizes),
                 seconds.get(key, "–"),
                 memory[key] / base_bytes if key in memory else "–",
                 f"{speedup[key]:.1f}×" if key in speedup else "–",
             ]
         )
-    rows.append(["zero-shot base"] + [zero_shot[size] for size in sizes] + ["–"] * (len(sizes) + 3))
+    rows.append(["zero-shot base"] + [zero_shot[size] for size in sizes] + ["–"] * (len(sizes) + 4))
     task_rows = [
         [name, facts["own_test"], facts["zero_shot_test"], facts["own_dev"], int(facts["test_examples"])]
         for name, facts in tasks.items()
@@ -862,8 +931,12 @@ def merge_markdown(result: Mapping[str, object]) -> str:
             [
                 f"# Merging benchmark ({result['profile']}, {result['date']})",
                 markdown_table(header, rows),
-                f"Base weights: {base_bytes / 2**20:.1f} MiB; peak memory is the growth of the merging process's "
-                "anonymous resident memory during a streaming merge of the base and 8 LoRA-merged checkpoints.",
+                f"Normalised accuracy: merged ÷ the task's own learnware on its test split, averaged over a group's "
+                f"tasks and the groups of a size. Streaming merge: the largest group's learnwares merged into "
+                f"full safetensors checkpoints and merged again by the streaming driver, λ/α as chosen for that "
+                f"group; peak memory is the growth of that process's anonymous resident memory, against the "
+                f"base's {base_bytes / 2**20:.1f} MiB of weights. Low-rank speed-up: dense path ÷ factor path, "
+                f"same merge, largest group.",
                 "## Learnwares",
                 markdown_table(
                     ["task", "own test acc", "zero-shot test acc", "own dev acc", "test examples"], task_rows

@@ -18,14 +18,17 @@ import json
 import os
 import platform
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import faiss
 import httpx
 import numpy as np
 from rich.console import Console
@@ -148,12 +151,13 @@ def _prepare(data_dir: Path, size: int, seed: int) -> tuple[str, int, float, flo
     finally:
         db.dispose()
     rng = np.random.default_rng(seed)
-    index = SpecIndex(space_id, dim)
-    for start in range(0, size, CHUNK):
-        n = min(CHUNK, size - start)
-        index.add(np.arange(start + 1, start + n + 1), rng.standard_normal((n, dim), dtype=np.float32))
-    index.save(settings.resolved_index_dir / space_id / f"{epoch}-v1.faiss")
+    path = settings.resolved_index_dir / space_id / f"{epoch}-v1.faiss"
+    chunks = (
+        rng.standard_normal((min(CHUNK, size - s), dim), dtype=np.float32) for s in range(0, size, CHUNK)
+    )
+    write_index_file(path, dim, np.arange(1, size + 1, dtype=np.int64), chunks)
     build_s = time.perf_counter() - started
+    index = SpecIndex.load(path, space_id, dim)
     queries = rng.standard_normal((20, dim), dtype=np.float32)
     timings = []
     for q in queries:
@@ -163,6 +167,52 @@ def _prepare(data_dir: Path, size: int, seed: int) -> tuple[str, int, float, flo
     del index
     gc.collect()
     return space_id, dim, build_s, statistics.median(timings), user
+
+
+def _index_prefix(dim: int, n: int) -> bytes:
+    """FAISS's serialisation of IndexIDMap2(IndexFlatIP) up to its vectors: two index headers
+    (d, ntotal, two unused fields, is_trained, metric) and the count of floats that follow."""
+    header = struct.pack("<iqqq?i", dim, n, 1 << 20, 1 << 20, True, faiss.METRIC_INNER_PRODUCT)
+    return b"IxM2" + header + b"IxFI" + header + struct.pack("<Q", n * dim)
+
+
+def write_index_file(path: Path, dim: int, ids: np.ndarray, chunks: Iterator[np.ndarray]) -> None:
+    """Write the file ``SpecIndex.save`` would write for these vectors (L2-normalised here) while
+    holding one chunk at a time: adding 100,000 specs to an in-memory index first would need
+    twice the index's size while its buffer grows. The layout is checked against FAISS's own
+    serialisation of a small index before anything is written."""
+    _check_layout(dim)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    written = 0
+    with path.open("wb") as out:
+        out.write(_index_prefix(dim, len(ids)))
+        for chunk in chunks:
+            norms = np.linalg.norm(chunk, axis=1, keepdims=True)
+            out.write(np.ascontiguousarray(chunk / norms, dtype="<f4").tobytes())
+            written += chunk.shape[0]
+        out.write(struct.pack("<Q", len(ids)))
+        out.write(np.ascontiguousarray(ids, dtype="<i8").tobytes())
+    if written != len(ids):
+        raise ValueError(f"{written} vectors written for {len(ids)} ids")
+
+
+def _check_layout(dim: int) -> None:
+    from app.ml.identify import SpecIndex
+
+    rng = np.random.default_rng(0)
+    vectors = rng.standard_normal((2, dim), dtype=np.float32)
+    ids = np.array([7, 9], dtype=np.int64)
+    with tempfile.TemporaryDirectory() as tmp:
+        reference = SpecIndex("layout-check", dim)
+        reference.add(ids, vectors)
+        reference.save(Path(tmp) / "reference.faiss")
+        written = Path(tmp) / "written.faiss"
+        with written.open("wb") as out:
+            out.write(_index_prefix(dim, 2))
+            out.write((vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype("<f4").tobytes())
+            out.write(struct.pack("<Q", 2) + ids.astype("<i8").tobytes())
+        if (Path(tmp) / "reference.faiss").read_bytes() != written.read_bytes():
+            raise RuntimeError("this FAISS version serialises IndexIDMap2(IndexFlatIP) differently")
 
 
 def _serve(data_dir: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
@@ -227,12 +277,18 @@ def _load(
                     return
                 body = bodies[i % len(bodies)]
                 t0 = time.perf_counter()
-                response = http.post(
-                    "/v1/identify", files={"spec": ("spec.safetensors", io.BytesIO(body))}, data={"k": "10"}
-                )
+                try:
+                    response = http.post(
+                        "/v1/identify",
+                        files={"spec": ("spec.safetensors", io.BytesIO(body))},
+                        data={"k": "10"},
+                    )
+                    ok = response.status_code == 200 and len(response.json()["matches"]) == 10
+                except httpx.HTTPError:
+                    ok = False
                 elapsed = 1000 * (time.perf_counter() - t0)
                 with lock:
-                    if response.status_code == 200 and len(response.json()["matches"]) == 10:
+                    if ok:
                         latencies.append(elapsed)
                     else:
                         errors += 1

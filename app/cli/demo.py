@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 
@@ -113,10 +114,12 @@ def run_demo(
     from app.cli.service import print_matches
 
     print_matches(result.matches)
+    best = result.matches[0].learnware_id if result.matches else 1
     console.print(
         "\nTry it yourself:\n"
-        f"  export PAVEDOCK_API_KEY={user}\n"
-        f"  pavedock task {shots} --label-names {','.join(query.label_names)} --local\n"
-        f"  pavedock download {result.matches[0].learnware_id if result.matches else 1} --out .\n"
-        f"developer key (submit more): {developer}"
+        f"  export PAVEDOCK_URL={url} PAVEDOCK_API_KEY={user}\n"
+        f"  pavedock task {shlex.quote(str(shots))} --label-names {shlex.quote(','.join(query.label_names))} --local\n"
+        f"  pavedock download {best} --out .\n"
+        f"developer key (pavedock submit PACKAGE --key …): {developer}",
+        soft_wrap=True,
     )

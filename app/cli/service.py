@@ -80,6 +80,16 @@ def _print_job(job: JobRead) -> None:
 # ---- serve ------------------------------------------------------------------------------------
 
 
+def _die_with_parent() -> None:
+    """In the worker's process: get SIGTERM when ``pavedock serve`` dies, even by SIGKILL (Linux)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 class _EmbeddedWorker(threading.Thread):
     """The embedded Celery worker: started with the API, restarted if it dies, stopped with it."""
 
@@ -97,7 +107,7 @@ class _EmbeddedWorker(threading.Thread):
         delay = 1.0
         while not self.stopping.is_set():
             started = time.monotonic()
-            self.proc = subprocess.Popen(self.command)
+            self.proc = subprocess.Popen(self.command, preexec_fn=_die_with_parent)
             code = self.proc.wait()
             if self.stopping.is_set():
                 return

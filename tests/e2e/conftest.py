@@ -76,9 +76,9 @@ class Proc:
         return self.popen is not None and self.popen.poll() is None
 
     def signal_group(self, sig: int) -> None:
-        if self.alive:
-            assert self.popen is not None
-            with contextlib.suppress(ProcessLookupError):
+        """Signal every process of the group, the leader's children too even if it has exited."""
+        if self.popen is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.popen.pid, sig)
 
     def kill(self) -> None:

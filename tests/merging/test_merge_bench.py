@@ -113,3 +113,8 @@ def test_grid_extends_while_the_best_is_on_its_edge() -> None:
 
     low, low_curve, _ = _tune_on_dev(lambda s: (-s, {}), (0.4, 0.8), 2, _Steps(2, None), "alpha")
     assert low == pytest.approx(0.1) and min(low_curve) == pytest.approx(0.1)
+
+    capped, capped_curve, _ = _tune_on_dev(
+        lambda s: (s, {}), (2.0, 4.0), 3, _Steps(2, None), "alpha", (0.0, 10.0)
+    )
+    assert capped == 8.0 and max(capped_curve) == 8.0, "stops before leaving the declared range"

@@ -167,6 +167,13 @@ def scale_param(method: str) -> str:
     return "lam" if "lam" in names else "alpha"
 
 
+def _scale_bounds(method: str) -> tuple[float, float]:
+    """The declared range of the method's scale parameter (0 excluded: a zero scale merges nothing)."""
+    spec = next(spec for spec in get_method(method).params if spec.name == scale_param(method))
+    low = 0.0 if spec.low is None else max(spec.low, 0.0)
+    return (low, float("inf") if spec.high is None else spec.high)
+
+
 def variants() -> list[tuple[str, str, bool]]:
     """(key, method, pact) for every method with and without PACT: `iso_c`, `pact+iso_c`, …"""
     return [(("pact+" if pact else "") + name, name, pact) for name in METHODS for pact in (False, True)]
@@ -341,9 +348,11 @@ def _tune_on_dev(
     extensions: int,
     steps: _Steps,
     label: str,
+    bounds: tuple[float, float] = (float("-inf"), float("inf")),
 ) -> tuple[float, dict[float, float], dict[str, Tensor]]:
     """The scale with the best dev score over `grid`, extending the grid geometrically (up to
-    `extensions` times) while the best lies on its edge; returns it, every score, and its updates."""
+    `extensions` times, within `bounds`) while the best lies on its edge; returns it, every score,
+    and its updates."""
     curve: dict[float, float] = {}
     best: tuple[float, float, dict[str, Tensor]] | None = None
 
@@ -367,8 +376,11 @@ def _tune_on_dev(
             new = known[0] * known[0] / known[1]
         else:
             break
+        new = round(new, 6)
+        if not bounds[0] <= new <= bounds[1]:
+            break
         steps.grow(1)
-        visit(round(new, 6))
+        visit(new)
     assert best is not None
     return best[1], curve, best[2]
 
@@ -653,7 +665,12 @@ def run_merge_benchmark(
                     )
                     label = f"{key} ×{size} {scale_param(method)}"
                     best_scale, curve, best_updates = _tune_on_dev(
-                        dev_score, spec.grids[method], spec.grid_extensions, steps, label
+                        dev_score,
+                        spec.grids[method],
+                        spec.grid_extensions,
+                        steps,
+                        label,
+                        _scale_bounds(method),
                     )
                     evaluator.set_updates(best_updates)
                     test = {n: evaluator.accuracy(tasks[n], "test") for n in group}

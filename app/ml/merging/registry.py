@@ -86,11 +86,11 @@ PACT_PARAMS: tuple[ParamSpec, ...] = (
 
 
 def _lam(default: float) -> ParamSpec:
-    return ParamSpec("lam", "float", default, "λ: scale of the merged task vector", low=-5.0, high=5.0)
+    return ParamSpec("lam", "float", default, "λ: scale of the merged task vector", low=-10.0, high=10.0)
 
 
 def _alpha(default: float) -> ParamSpec:
-    return ParamSpec("alpha", "float", default, "α: scale of the merged task vector", low=0.0, high=5.0)
+    return ParamSpec("alpha", "float", default, "α: scale of the merged task vector", low=0.0, high=10.0)
 
 
 def _top_k(default: float) -> ParamSpec:

@@ -7,6 +7,8 @@ PYTHON ?= python3
 export PAVEDOCK_DATASETS_DIR ?= $(abspath ../shared/datasets)
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
+# Idle OpenMP threads sleep instead of spinning: torch processes sharing the cores stay fast.
+export OMP_WAIT_POLICY ?= PASSIVE
 
 .PHONY: install run demo test lint typecheck unit bench bench-full clean
 

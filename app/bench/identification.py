@@ -310,22 +310,29 @@ def _rank_of(matches: list[Match], lw_id: int) -> int:
 
 
 def _user_metrics(market: Market, task: str, ranking: list[Match]) -> dict[str, float]:
+    """Metrics of one ranking. Ties are broken at random (in expectation): identical specs,
+    as RKME or PAVE♣ give a learnware and its corrupted twin, earn no quality by id order."""
     own = {lw.corrupted: lw.id for lw in market.learnwares if lw.task == task}
-    top = market.learnwares[ranking[0].id]
+    score = {m.id: m.score for m in ranking}
+    tied = [m.id for m in ranking if m.score >= ranking[0].score - 1e-9]
+    test_names = market.tests[task].label_names
     serving = [
         market.accuracy(lw, task)
         for lw in market.learnwares
-        if _label_map(lw.label_names, market.tests[task].label_names) is not None
+        if _label_map(lw.label_names, test_names) is not None
     ]
     oracle = max(serving)
-    top_acc = market.accuracy(top, task)
+    top_accs = [market.accuracy(market.learnwares[i], task) for i in tied]
+    good, bad = score[own[False]], score[own[True]]
+    better_than_good = sum(1 for m in ranking if m.score > good + 1e-9)
+    ties_with_good = sum(1 for m in ranking if abs(m.score - good) <= 1e-9)
     return {
-        "hit_at1": float(_rank_of(ranking, own[False]) == 0),
-        "hit_at5": float(_rank_of(ranking, own[False]) < 5),
-        "quality_filter": float(_rank_of(ranking, own[False]) < _rank_of(ranking, own[True])),
-        "oracle_agreement_at1": float(top_acc >= oracle - 0.01),
-        "normalized_accuracy": top_acc / oracle if oracle > 0 else 0.0,
-        "top1_accuracy": top_acc,
+        "hit_at1": (1.0 / len(tied)) if own[False] in tied else 0.0,
+        "hit_at5": float(min(1.0, max(0.0, (5 - better_than_good) / ties_with_good))),
+        "quality_filter": 1.0 if good > bad + 1e-9 else (0.5 if abs(good - bad) <= 1e-9 else 0.0),
+        "oracle_agreement_at1": float(np.mean([a >= oracle - 0.01 for a in top_accs])),
+        "normalized_accuracy": float(np.mean(top_accs)) / oracle if oracle > 0 else 0.0,
+        "top1_accuracy": float(np.mean(top_accs)),
         "oracle_accuracy": oracle,
     }
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from botocore.exceptions import ConnectionError as BotoConnectionError
+from kombu.exceptions import OperationalError as KombuOperationalError
 from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 
 from app.db.models import Job
@@ -39,24 +41,15 @@ log = logging.getLogger(__name__)
 INPUT_ERRORS = (InvalidPackage, UnsafePackage, IncompatibleSpec, InvalidInput, UnknownBase)
 
 
-def _transient_types() -> tuple[type[BaseException], ...]:
-    types: list[type[BaseException]] = [OperationalError, DisconnectionError, ConnectionError, TimeoutError]
-    try:
-        from kombu.exceptions import OperationalError as KombuOperationalError
-
-        types.append(KombuOperationalError)
-    except ImportError:
-        pass
-    try:
-        from botocore.exceptions import ConnectionError as BotoConnectionError
-
-        types.append(BotoConnectionError)
-    except ImportError:
-        pass
-    return tuple(types)
-
-
-TRANSIENT = _transient_types()
+# Errors that say "try again later": the database, the broker or the store could not be reached.
+TRANSIENT: tuple[type[BaseException], ...] = (
+    OperationalError,
+    DisconnectionError,
+    KombuOperationalError,
+    BotoConnectionError,
+    ConnectionError,
+    TimeoutError,
+)
 
 
 class RetryLater(Exception):
@@ -193,7 +186,7 @@ def run_stage(runtime: Runtime, job_id: int, stage: Stage, fn: StageFn, *, worke
         except Exception:
             log.warning("job %s: could not give the job back; the reaper will", job_id, exc_info=True)
         raise RetryLater(reason, countdown=min(60.0, 2.0 * 2 ** (claimed.attempt - 1))) from exc
-    except (DockError, Exception) as exc:
+    except Exception as exc:  # a dock error (the input's fault) or a bug: fail with the reason
         reason = _reason(exc)
         if not isinstance(exc, DockError | DBAPIError):
             log.exception("job %s: %s failed", job_id, stage.name)

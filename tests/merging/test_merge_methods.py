@@ -180,3 +180,12 @@ def test_low_rank_updates_get_no_null_space_directions(generator: torch.Generato
     ]
     for merged in (merge_iso_c(taus, 1.0), merge_tsv_m(taus, 1.0), merge_iso_cts(taus, 0.8, 1.0)):
         assert torch.linalg.matrix_rank(merged.double(), rtol=1e-4) <= 4
+
+
+@pytest.mark.parametrize("method", ["task_arithmetic", "ties", "dare", "tsv_m", "iso_c", "iso_cts"])
+def test_inputs_are_never_modified(method: str, generator: torch.Generator) -> None:
+    base = torch.randn(12, 9, generator=generator)
+    finetuned = [base + torch.randn(12, 9, generator=generator) for _ in range(3)]
+    copies = [weight.clone() for weight in [base, *finetuned]]
+    merge_tensor("layer.0.w", base, finetuned, method, {"pact": True})
+    assert all(torch.equal(a, b) for a, b in zip([base, *finetuned], copies, strict=True))

@@ -23,13 +23,9 @@ import hashlib
 import json
 import os
 import platform
-import subprocess
-import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -46,10 +42,10 @@ from app.ml.encoders import Encoder, TokenBatch, load_encoder, mean_pool, token_
 from app.ml.errors import InvalidInput
 from app.ml.finetune import LoraClassifier
 from app.ml.head import LabelNameHead
-from app.ml.merging.driver import Progress, dense_update, merge_into_safetensors, merge_lora
+from app.ml.merging.driver import Progress, dense_update, merge_lora
 from app.ml.merging.lowrank import LoraDelta
+from app.ml.merging.measure import measure_in_fresh_process
 from app.ml.merging.registry import METHODS, get_method, merge_delta
-from app.ml.merging.sources import SafetensorsSource
 
 T = TypeVar("T")
 
@@ -431,121 +427,6 @@ def _timed(repeats: int, run: Callable[[], T]) -> tuple[float, T]:
     return best, result
 
 
-def _anonymous_rss() -> int:
-    """Resident anonymous memory of this process in bytes (Linux), else its whole RSS."""
-    try:
-        with Path("/proc/self/status").open() as status:
-            for line in status:
-                if line.startswith("RssAnon:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    import psutil
-
-    return int(psutil.Process().memory_info().rss)
-
-
-@contextmanager
-def _peak_memory() -> Iterator[dict[str, int]]:
-    """Sample anonymous RSS every 2 ms; yields a dict that gets `peak_growth` on exit."""
-    record = {"start": _anonymous_rss(), "peak": 0}
-    record["peak"] = record["start"]
-    stop = threading.Event()
-
-    def sample() -> None:
-        while not stop.is_set():
-            record["peak"] = max(record["peak"], _anonymous_rss())
-            stop.wait(0.002)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    try:
-        yield record
-    finally:
-        stop.set()
-        sampler.join()
-        record["peak"] = max(record["peak"], _anonymous_rss())
-        record["peak_growth"] = record["peak"] - record["start"]
-
-
-def measure_streaming_merges(
-    base_path: str,
-    finetuned_paths: list[str],
-    jobs: list[tuple[str, str, dict[str, object]]],
-    out_dir: str,
-    progress: Progress | None = None,
-) -> dict[str, dict[str, float]]:
-    """Run each (key, method, params) merge with the streaming driver into a safetensors file under
-    `out_dir`; seconds and peak anonymous-memory growth per key. Meant for a fresh process."""
-    results: dict[str, dict[str, float]] = {}
-    for done, (key, method, params) in enumerate(jobs, start=1):
-        out = Path(out_dir) / f"{key.replace('+', '_')}.safetensors"
-        base = SafetensorsSource(base_path)
-        finetuned = [SafetensorsSource(path) for path in finetuned_paths]
-        with _peak_memory() as memory:
-            start = time.perf_counter()
-            stats = merge_into_safetensors(base, finetuned, method, params, out)
-            seconds = time.perf_counter() - start
-        results[key] = {
-            "seconds": seconds,
-            "peak_memory_bytes": float(memory["peak_growth"]),
-            "merged_tensors": float(stats.merged + stats.averaged),
-        }
-        out.unlink()
-        if progress is not None:
-            progress(done, len(jobs), f"streaming {key} {seconds:.1f} s")
-    return results
-
-
-_RESULT = "RESULT "
-
-
-def _streaming_child() -> None:
-    """Entry point of the fresh measuring process: a JSON request on stdin; a progress line per merge
-    and then the JSON results on stdout."""
-    request = json.loads(sys.stdin.read())
-    jobs = [(key, method, params) for key, method, params in request["jobs"]]
-    torch.set_num_threads(int(request["threads"]))
-
-    def report(done: int, total: int, message: str) -> None:
-        print(message, flush=True)
-
-    results = measure_streaming_merges(
-        request["base"], request["finetuned"], jobs, request["out_dir"], report
-    )
-    print(_RESULT + json.dumps(results), flush=True)
-
-
-def _run_streaming_child(
-    request: Mapping[str, object], on_line: Callable[[str], None]
-) -> dict[str, dict[str, float]]:
-    """Run `measure_streaming_merges` in a fresh interpreter (not a fork: its memory starts clean, and
-    it does not re-import the caller's __main__ as multiprocessing's spawn would)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path for path in sys.path if path))
-    with tempfile.TemporaryFile(mode="w+") as errors:
-        child = subprocess.Popen(
-            [sys.executable, "-c", "from app.ml.merging.bench import _streaming_child; _streaming_child()"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=errors,
-            text=True,
-            env=env,
-        )
-        assert child.stdin is not None and child.stdout is not None
-        child.stdin.write(json.dumps(request))
-        child.stdin.close()
-        results: dict[str, dict[str, float]] | None = None
-        for line in child.stdout:
-            if line.startswith(_RESULT):
-                results = json.loads(line[len(_RESULT) :])
-            else:
-                on_line(line.strip())
-        if child.wait() != 0 or results is None:
-            errors.seek(0)
-            raise RuntimeError(f"the streaming-merge measurement failed:\n{errors.read()[-4000:]}")
-    return results
-
-
 def _machine() -> dict[str, object]:
     return {
         "platform": platform.platform(),
@@ -584,7 +465,10 @@ class _Steps:
             self._bar.set_postfix_str(message, refresh=False)
             self._bar.update(1)
 
-    def close(self) -> None:
+    def __enter__(self) -> _Steps:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
         if self._bar is not None:
             self._bar.close()
 
@@ -609,122 +493,60 @@ def run_merge_benchmark(
     out = Path(out)
     cache = Path(cache_dir) if cache_dir is not None else out.parent / ".cache" / "merge"
     started = time.perf_counter()
-    stage_seconds: dict[str, float] = {}
     groups = _groups(spec)
-    all_variants = variants()
-    eval_steps = sum(
-        len(group_list) * sum(len(spec.grids[method]) + 1 for _, method, _ in all_variants)
-        for group_list in groups.values()
+    grid_steps = sum(len(spec.grids[method]) + 1 for _, method, _ in variants())
+    total = (
+        2 * len(spec.tasks)
+        + sum(len(group_list) for group_list in groups.values()) * grid_steps
+        + sum(1 for _, method, _ in variants() if method in LOWRANK_METHODS)
+        + len(variants())
+        + len(FULL_FINETUNE_VARIANTS)
     )
-    timing_keys = [key for key, method, _ in all_variants if method in LOWRANK_METHODS]
-    steps = _Steps(2 * len(spec.tasks) + eval_steps + len(timing_keys) + len(all_variants), progress)
-    try:
-        tasks = {name: _split_task(Path(datasets_dir), name, spec) for name in spec.tasks}
-        base_encoder = load_encoder(BASE)
-        _pin_threads(threads)
-        adapters_dir = cache / "adapters"
-        train_facts: dict[str, dict[str, float]] = {}
-        learnwares: dict[str, dict[str, LoraDelta]] = {}
+    stage_seconds: dict[str, float] = {}
+    with _Steps(total, progress) as steps:
         stage = time.perf_counter()
-        for name, task in tasks.items():
-            folder = adapters_dir / _adapter_key(task, spec, base_encoder.sha256)
-            train_facts[name] = _train_adapter(task, spec, folder, threads)
-            learnwares[name] = load_lora_learnware(folder)
-            steps.step(f"learnware {name}")
+        tasks = {name: _split_task(Path(datasets_dir), name, spec) for name in spec.tasks}
+        learnwares, train_facts = _learnwares(tasks, spec, cache / "adapters", threads, steps)
         stage_seconds["train"] = time.perf_counter() - stage
 
         stage = time.perf_counter()
-        weight_names = sorted({weight for learnware in learnwares.values() for weight in learnware})
-        evaluator = _Evaluator(load_encoder(BASE, fresh=True), weight_names)
+        names = sorted({weight for learnware in learnwares.values() for weight in learnware})
+        evaluator = _Evaluator(load_encoder(BASE, fresh=True), names)
         _pin_threads(threads)
-        per_task: dict[str, dict[str, float]] = {}
-        for name, task in tasks.items():
-            evaluator.prepare(task, spec.max_tokens)
-            zero_shot = evaluator.accuracy(task, "test")
-            evaluator.set_updates(_dense_updates(learnwares[name]))
-            per_task[name] = {
-                "own_test": evaluator.accuracy(task, "test"),
-                "own_dev": evaluator.accuracy(task, "dev"),
-                "zero_shot_test": zero_shot,
-                "test_examples": float(len(task.test)),
-                "dev_examples": float(len(task.dev)),
-                **train_facts[name],
-            }
-            evaluator.set_updates({})
-            steps.step(f"own accuracy {name}")
+        per_task = _own_accuracies(evaluator, tasks, learnwares, train_facts, spec, steps)
         stage_seconds["individual"] = time.perf_counter() - stage
 
         stage = time.perf_counter()
-        runs: list[dict[str, object]] = []
-        for size, group_list in groups.items():
-            for group in group_list:
-                members = [learnwares[name] for name in group]
-                for key, method, pact in all_variants:
-                    dev_score = partial(
-                        _dev_score, evaluator, tasks, per_task, spec, members, group, method, pact
-                    )
-                    label = f"{key} ×{size} {scale_param(method)}"
-                    best_scale, curve, best_updates = _tune_on_dev(
-                        dev_score,
-                        spec.grids[method],
-                        spec.grid_extensions,
-                        steps,
-                        label,
-                        _scale_bounds(method),
-                    )
-                    evaluator.set_updates(best_updates)
-                    test = {n: evaluator.accuracy(tasks[n], "test") for n in group}
-                    runs.append(
-                        {
-                            "variant": key,
-                            "group_size": size,
-                            "tasks": list(group),
-                            "chosen": {scale_param(method): best_scale},
-                            "dev_normalized_accuracy": curve[best_scale],
-                            "dev_curve": {str(scale): score for scale, score in sorted(curve.items())},
-                            "test_accuracy": test,
-                            "normalized_accuracy": {n: test[n] / per_task[n]["own_test"] for n in group},
-                        }
-                    )
-                    steps.step(f"{key} ×{size} test")
-        evaluator.set_updates({})
+        runs = _merge_and_evaluate(evaluator, tasks, per_task, learnwares, groups, spec, steps)
         stage_seconds["merge_and_evaluate"] = time.perf_counter() - stage
 
-        stage = time.perf_counter()
-        group8 = groups[max(groups)][0]
-        members = [learnwares[name] for name in group8]
+        largest = groups[max(groups)][0]
+        members = [learnwares[name] for name in largest]
         chosen = {
-            run["variant"]: run["chosen"]
+            str(run["variant"]): _params(spec, *_split_key(str(run["variant"])), _chosen_scale(run))
             for run in runs
-            if run["group_size"] == max(groups) and run["tasks"] == list(group8)
+            if run["tasks"] == list(largest)
         }
-        lowrank: dict[str, dict[str, float]] = {}
-        for key, method, pact in all_variants:
-            if method not in LOWRANK_METHODS:
-                continue
-            chosen_scale = chosen[key]
-            assert isinstance(chosen_scale, dict)
-            params = _params(spec, method, pact, float(chosen_scale[scale_param(method)]))
-            lowrank[key] = _time_lowrank_against_dense(
-                members, method, params, evaluator.base, spec.timing_repeats
+        stage = time.perf_counter()
+        lowrank = {
+            key: _time_lowrank_against_dense(
+                members, method, chosen[key], evaluator.base, spec.timing_repeats, steps
             )
-            steps.step(f"low-rank timing {key}")
+            for key, method, _ in variants()
+            if method in LOWRANK_METHODS
+        }
         stage_seconds["lowrank_timing"] = time.perf_counter() - stage
 
         stage = time.perf_counter()
-        jobs = []
-        for key, method, pact in all_variants:
-            chosen_scale = chosen[key]
-            assert isinstance(chosen_scale, dict)
-            jobs.append((key, method, _params(spec, method, pact, float(chosen_scale[scale_param(method)]))))
-        streaming, base_bytes = _measure_streaming(
-            evaluator, [learnwares[name] for name in group8], jobs, cache, steps.step
-        )
+        evaluator.set_updates({})
+        base_state = {
+            name: t.detach().clone().contiguous() for name, t in evaluator.encoder.model.state_dict().items()
+        }
+        streaming, full_finetune = _streaming_costs(base_state, members, chosen, cache, steps, spec.seed)
         stage_seconds["streaming"] = time.perf_counter() - stage
-    finally:
-        steps.close()
 
-    result = _summarise(spec, groups, per_task, runs, lowrank, streaming, base_bytes)
+    base_bytes = sum(tensor.numel() * tensor.element_size() for tensor in base_state.values())
+    result = _summarise(spec, groups, per_task, runs, lowrank, streaming, full_finetune, base_bytes)
     result["stage_seconds"] = stage_seconds
     result["seconds_total"] = time.perf_counter() - started
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -733,14 +555,118 @@ def run_merge_benchmark(
     return result
 
 
+def _split_key(key: str) -> tuple[str, bool]:
+    """(method, pact) of a variant key such as `pact+iso_c`."""
+    return key.removeprefix("pact+"), key.startswith("pact+")
+
+
+def _chosen_scale(run: Mapping[str, object]) -> float:
+    chosen = run["chosen"]
+    assert isinstance(chosen, dict)
+    return float(next(iter(chosen.values())))
+
+
+def _learnwares(
+    tasks: Mapping[str, _Task],
+    spec: MergeBenchProfile,
+    adapters_dir: Path,
+    threads: int | None,
+    steps: _Steps,
+) -> tuple[dict[str, dict[str, LoraDelta]], dict[str, dict[str, float]]]:
+    """Each task's LoRA learnware as factors (trained now or read from the cache) and its training facts."""
+    base_sha = load_encoder(BASE).sha256
+    learnwares: dict[str, dict[str, LoraDelta]] = {}
+    facts: dict[str, dict[str, float]] = {}
+    for name, task in tasks.items():
+        folder = adapters_dir / _adapter_key(task, spec, base_sha)
+        facts[name] = _train_adapter(task, spec, folder, threads)
+        learnwares[name] = load_lora_learnware(folder)
+        steps.step(f"learnware {name}")
+    return learnwares, facts
+
+
+def _own_accuracies(
+    evaluator: _Evaluator,
+    tasks: Mapping[str, _Task],
+    learnwares: Mapping[str, Mapping[str, LoraDelta]],
+    train_facts: Mapping[str, Mapping[str, float]],
+    spec: MergeBenchProfile,
+    steps: _Steps,
+) -> dict[str, dict[str, float]]:
+    """Zero-shot base and each task's own learnware on its test (and dev) split."""
+    per_task: dict[str, dict[str, float]] = {}
+    for name, task in tasks.items():
+        evaluator.prepare(task, spec.max_tokens)
+        zero_shot = evaluator.accuracy(task, "test")
+        evaluator.set_updates(_dense_updates(learnwares[name]))
+        per_task[name] = {
+            "own_test": evaluator.accuracy(task, "test"),
+            "own_dev": evaluator.accuracy(task, "dev"),
+            "zero_shot_test": zero_shot,
+            "test_examples": float(len(task.test)),
+            "dev_examples": float(len(task.dev)),
+            **train_facts[name],
+        }
+        evaluator.set_updates({})
+        steps.step(f"own accuracy {name}")
+    return per_task
+
+
+def _merge_and_evaluate(
+    evaluator: _Evaluator,
+    tasks: Mapping[str, _Task],
+    per_task: Mapping[str, Mapping[str, float]],
+    learnwares: Mapping[str, dict[str, LoraDelta]],
+    groups: Mapping[int, list[tuple[str, ...]]],
+    spec: MergeBenchProfile,
+    steps: _Steps,
+) -> list[dict[str, object]]:
+    """Every variant on every group: λ/α chosen on dev, then test accuracy at that choice."""
+    runs: list[dict[str, object]] = []
+    for size, group_list in groups.items():
+        for group in group_list:
+            members = [learnwares[name] for name in group]
+            for key, method, pact in variants():
+                score = partial(_dev_score, evaluator, tasks, per_task, spec, members, group, method, pact)
+                best_scale, curve, best_updates = _tune_on_dev(
+                    score,
+                    spec.grids[method],
+                    spec.grid_extensions,
+                    steps,
+                    f"{key} ×{size} {scale_param(method)}",
+                    _scale_bounds(method),
+                )
+                evaluator.set_updates(best_updates)
+                test = {name: evaluator.accuracy(tasks[name], "test") for name in group}
+                runs.append(
+                    {
+                        "variant": key,
+                        "group_size": size,
+                        "tasks": list(group),
+                        "chosen": {scale_param(method): best_scale},
+                        "dev_normalized_accuracy": curve[best_scale],
+                        "dev_curve": {str(scale): value for scale, value in sorted(curve.items())},
+                        "test_accuracy": test,
+                        "normalized_accuracy": {
+                            name: test[name] / per_task[name]["own_test"] for name in group
+                        },
+                    }
+                )
+                steps.step(f"{key} ×{size} test")
+    evaluator.set_updates({})
+    return runs
+
+
 def _time_lowrank_against_dense(
     members: Sequence[Mapping[str, LoraDelta]],
     method: str,
     params: dict[str, object],
     base_weights: Mapping[str, Tensor],
     repeats: int,
+    steps: _Steps,
 ) -> dict[str, float]:
-    """Seconds of the low-rank path (factors out) and of the dense path (dense τ in, per weight)."""
+    """Seconds of the low-rank path (factors out) and of the dense path (dense τ in, per weight),
+    and the largest relative difference between their results."""
     spec = get_method(method)
     resolved = spec.resolve(params)
     names = sorted({name for member in members for name in member})
@@ -762,10 +688,9 @@ def _time_lowrank_against_dense(
     )
     worst = 0.0
     for name in names:
-        difference = torch.linalg.norm(dense_update(factors[name]) - dense[name]) / torch.linalg.norm(
-            dense[name]
-        ).clamp(min=1e-30)
-        worst = max(worst, float(difference))
+        difference = torch.linalg.norm(dense_update(factors[name]) - dense[name])
+        worst = max(worst, float(difference / torch.linalg.norm(dense[name]).clamp(min=1e-30)))
+    steps.step(f"low-rank timing {'pact+' if params.get('pact') else ''}{method}")
     return {
         "lowrank_seconds": lowrank_seconds,
         "dense_seconds": dense_seconds,
@@ -774,43 +699,59 @@ def _time_lowrank_against_dense(
     }
 
 
-def _measure_streaming(
-    evaluator: _Evaluator,
+FULL_FINETUNE_VARIANTS = ("task_arithmetic", "ties", "dare", "tsv_m", "iso_c", "iso_cts", "pact+iso_c")
+"""Variants whose streaming cost is also measured on checkpoints where every tensor moved."""
+
+FULL_FINETUNE_NOISE = 1e-3
+"""Relative size of the seeded perturbation of every tensor in the full-fine-tune checkpoints."""
+
+
+def _streaming_costs(
+    base_state: Mapping[str, Tensor],
     members: Sequence[Mapping[str, LoraDelta]],
-    jobs: list[tuple[str, str, dict[str, object]]],
+    chosen: Mapping[str, dict[str, object]],
     cache: Path,
-    on_line: Callable[[str], None],
-) -> tuple[dict[str, dict[str, float]], int]:
-    """Write the base and each learnware merged into it as safetensors checkpoints, then time the
-    streaming driver on them in a fresh process."""
-    evaluator.set_updates({})
-    base_state = {
-        name: tensor.detach().clone().contiguous()
-        for name, tensor in evaluator.encoder.model.state_dict().items()
-    }
-    base_bytes = sum(tensor.numel() * tensor.element_size() for tensor in base_state.values())
+    steps: _Steps,
+    seed: int,
+) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
+    """Streaming-driver seconds and peak memory per variant, each in a fresh process, on (1) the base
+    and the learnwares merged into full checkpoints (only query/value differ) and (2) the same with
+    every tensor of every checkpoint perturbed, as after full fine-tuning."""
     cache.mkdir(parents=True, exist_ok=True)
+    lora: dict[str, dict[str, float]] = {}
+    full: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(dir=cache, prefix="streaming-") as scratch:
-        base_path = Path(scratch) / "base.safetensors"
-        save_file(base_state, str(base_path))
-        paths = []
+        folder = Path(scratch)
+        base_path = folder / "base.safetensors"
+        save_file(dict(base_state), str(base_path))
+        lora_paths, full_paths = [], []
+        generator = torch.Generator().manual_seed(seed)
         for index, member in enumerate(members):
             tuned = dict(base_state)
             for name, delta in member.items():
                 tuned[name] = (base_state[name] + delta.dense()).contiguous()
-            path = Path(scratch) / f"learnware{index}.safetensors"
-            save_file(tuned, str(path))
-            paths.append(str(path))
-        del base_state
-        request = {
-            "base": str(base_path),
-            "finetuned": paths,
-            "jobs": jobs,
-            "out_dir": scratch,
-            "threads": torch.get_num_threads(),
-        }
-        results = _run_streaming_child(request, on_line)
-    return results, base_bytes
+            lora_paths.append(folder / f"lora{index}.safetensors")
+            save_file(tuned, str(lora_paths[-1]))
+            for name, tensor in tuned.items():
+                if tensor.is_floating_point():
+                    noise = torch.randn(tensor.shape, generator=generator) * FULL_FINETUNE_NOISE
+                    tuned[name] = (tensor + noise * tensor.std().clamp(min=1e-3)).contiguous()
+            full_paths.append(folder / f"full{index}.safetensors")
+            save_file(tuned, str(full_paths[-1]))
+            del tuned
+        for key, _, _ in variants():
+            method, _ = _split_key(key)
+            lora[key] = measure_in_fresh_process(
+                base_path, lora_paths, method, chosen[key], torch.get_num_threads()
+            )
+            steps.step(f"streaming {key} {lora[key]['seconds']:.1f} s")
+        for key in FULL_FINETUNE_VARIANTS:
+            method, _ = _split_key(key)
+            full[key] = measure_in_fresh_process(
+                base_path, full_paths, method, chosen[key], torch.get_num_threads()
+            )
+            steps.step(f"streaming (full fine-tunes) {key} {full[key]['seconds']:.1f} s")
+    return lora, full
 
 
 def _summarise(
@@ -820,6 +761,7 @@ def _summarise(
     runs: list[dict[str, object]],
     lowrank: Mapping[str, Mapping[str, float]],
     streaming: Mapping[str, Mapping[str, float]],
+    full_finetune: Mapping[str, Mapping[str, float]],
     base_bytes: int,
 ) -> dict[str, object]:
     normalized: dict[str, dict[str, float]] = {}
@@ -873,6 +815,14 @@ def _summarise(
         "lowrank_timing": lowrank,
         "merge_seconds": {key: values["seconds"] for key, values in streaming.items()},
         "peak_memory_bytes": {key: int(values["peak_memory_bytes"]) for key, values in streaming.items()},
+        "full_finetune": {
+            "merge_seconds": {key: values["seconds"] for key, values in full_finetune.items()},
+            "peak_memory_bytes": {
+                key: int(values["peak_memory_bytes"]) for key, values in full_finetune.items()
+            },
+            "noise": FULL_FINETUNE_NOISE,
+            "models": len(groups[max(groups)][0]),
+        },
         "base_bytes": base_bytes,
     }
 
@@ -943,6 +893,10 @@ def merge_markdown(result: Mapping[str, object]) -> str:
         [name, facts["own_test"], facts["zero_shot_test"], facts["own_dev"], int(facts["test_examples"])]
         for name, facts in tasks.items()
     ]
+    full = result.get("full_finetune", {})
+    assert isinstance(full, dict)
+    full_seconds, full_memory = full.get("merge_seconds", {}), full.get("peak_memory_bytes", {})
+    full_rows = [[f"`{key}`", full_seconds[key], full_memory[key] / base_bytes] for key in full_seconds]
     return (
         "\n\n".join(
             [
@@ -954,6 +908,10 @@ def merge_markdown(result: Mapping[str, object]) -> str:
                 f"group; peak memory is the growth of that process's anonymous resident memory, against the "
                 f"base's {base_bytes / 2**20:.1f} MiB of weights. Low-rank speed-up: dense path ÷ factor path, "
                 f"same merge, largest group.",
+                f"## Streaming merge of {full.get('models', '?')} full fine-tunes (every tensor moved)",
+                markdown_table(["method", "merge s", "peak mem ÷ base"], full_rows)
+                if full_rows
+                else "Not measured.",
                 "## Learnwares",
                 markdown_table(
                     ["task", "own test acc", "zero-shot test acc", "own dev acc", "test examples"], task_rows

@@ -108,6 +108,7 @@ def _any_changed(name: str, weight: Tensor, finetuned: Sequence[TensorSource]) -
     for index, source in enumerate(finetuned):
         other = _read_checked(name, weight.shape, source, index)
         changed = changed or not torch.equal(other, weight)
+        del other
     return changed
 
 

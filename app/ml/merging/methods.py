@@ -128,7 +128,10 @@ def top_k_threshold(tau: Tensor, fraction: float) -> float:
     keep = max(1, math.ceil(fraction * flat.numel()))
     if keep >= flat.numel():
         return 0.0
-    return float(torch.kthvalue(flat, flat.numel() - keep + 1).values.item())
+    # topk of the smaller side instead of kthvalue: it allocates k values and indices, not n of each.
+    if keep <= flat.numel() // 2:
+        return float(torch.topk(flat, keep, sorted=False).values.min().item())
+    return float(torch.topk(flat, flat.numel() - keep + 1, largest=False, sorted=False).values.max().item())
 
 
 def trim_top_k(tau: Tensor, fraction: float) -> Tensor:
@@ -137,7 +140,7 @@ def trim_top_k(tau: Tensor, fraction: float) -> Tensor:
 
 
 def _trim(tau: Tensor, threshold: float) -> Tensor:
-    return torch.where(tau.abs() >= threshold, tau, torch.zeros_like(tau))
+    return torch.where(tau.abs() >= threshold, tau, 0.0)
 
 
 def merge_ties(taus: Sequence[Tensor], k: float, lam: float, name: str = "tensor") -> Tensor:
@@ -147,14 +150,14 @@ def merge_ties(taus: Sequence[Tensor], k: float, lam: float, name: str = "tensor
     """
     thresholds = [top_k_threshold(tau, k) for tau in iter_task_vectors(taus, name)]
     trimmed = MappedTaskVectors(taus, lambda t, tau: _trim(tau.to(torch.float32), thresholds[t]))
-    elected = torch.sign(sum_task_vectors(trimmed, name))
+    elected = sum_task_vectors(trimmed, name).sign_()
     agreeing_sum = torch.zeros_like(elected)
-    count = torch.zeros_like(elected)
+    count = torch.zeros(elected.shape, dtype=torch.int16 if len(taus) < 2**15 else torch.int32)
     for kept in iter_task_vectors(trimmed, name):
-        agrees = (torch.sign(kept) == elected) & (kept != 0)
-        agreeing_sum += kept * agrees
+        agrees = (kept * elected) > 0
+        agreeing_sum += kept.masked_fill_(~agrees, 0.0)
         count += agrees
-    return lam * agreeing_sum / count.clamp(min=1)
+    return agreeing_sum.div_(count.clamp_(min=1)).mul_(lam)
 
 
 def dare_drop(tau: Tensor, p: float, generator: torch.Generator) -> Tensor:
@@ -202,14 +205,18 @@ def top_singular_triplets(
     if tol is None:
         tol = rtol * values[0].item() if values.numel() else 0.0
     keep = min(k, numerical_rank(values, tol))
-    return left[:, :keep], values[:keep], right_h[:keep].T
+    # Copies, not views: a view would keep the full m×n factor of every task alive.
+    return left[:, :keep].clone(), values[:keep].clone(), right_h[:keep].T.clone()
 
 
-def combine_orthogonalised(left: Tensor, values: Tensor, right: Tensor) -> Tensor:
-    """U⊥·diag(S)·V⊥ᵀ where U⊥, V⊥ are the polar factors of the concatenated singular vectors."""
+def combine_orthogonalised(left: Tensor, values: Tensor, right: Tensor, scale: float = 1.0) -> Tensor:
+    """scale·U⊥·diag(S)·V⊥ᵀ in float32, where U⊥, V⊥ are the polar factors of the concatenated
+    singular vectors (callers pass fresh concatenations, freed here as soon as they are used)."""
     if values.numel() == 0:
-        return torch.zeros(left.shape[0], right.shape[0], dtype=torch.float64)
-    return (polar_factor(left) * values) @ polar_factor(right).T
+        return torch.zeros(left.shape[0], right.shape[0], dtype=torch.float32)
+    scaled_left = polar_factor(left) * values
+    del left
+    return (scaled_left @ polar_factor(right).T).to(torch.float32).mul_(scale)
 
 
 def merge_tsv_m(
@@ -224,8 +231,9 @@ def merge_tsv_m(
         lefts.append(left)
         values.append(value)
         rights.append(right)
-    merged = combine_orthogonalised(torch.cat(lefts, 1), torch.cat(values), torch.cat(rights, 1))
-    return (alpha * merged).to(torch.float32)
+    left_all = torch.cat(lefts, 1)
+    lefts.clear()
+    return combine_orthogonalised(left_all, torch.cat(values), torch.cat(rights, 1), alpha)
 
 
 def merge_iso_c(
@@ -233,12 +241,14 @@ def merge_iso_c(
 ) -> Tensor:
     """Iso-C: M = Σ_t τ_t = UΣVᵀ; δ = α·mean(Σ)·U·Vᵀ over M's numerical rank."""
     total = sum_task_vectors(taus, name, matrix=True).to(torch.float64)
+    shape = total.shape
     left, values, right_h = torch.linalg.svd(total, full_matrices=False)
+    del total
     rank = numerical_rank(values, rtol * values[0].item())
     if rank == 0:
-        return torch.zeros_like(total, dtype=torch.float32)
-    iso = values[:rank].mean() * left[:, :rank] @ right_h[:rank]
-    return (alpha * iso).to(torch.float32)
+        return torch.zeros(shape, dtype=torch.float32)
+    mean = values[:rank].mean().item()
+    return (left[:, :rank] @ right_h[:rank]).to(torch.float32).mul_(alpha * mean)
 
 
 def merge_iso_cts(
@@ -263,18 +273,21 @@ def merge_iso_cts(
         return torch.zeros(left.shape[0], right_h.shape[1], dtype=torch.float32)
     common = max(1, math.floor(common_fraction * rank))
     per_task = (rank - common) // len(taus)
-    common_left = left[:, :common]
-    lefts, kept, rights = [common_left], [values[:common]], [right_h[:common].T]
+    common_left = left[:, :common].clone()
+    lefts, kept, rights = [common_left], [values[:common].clone()], [right_h[:common].T.clone()]
+    del left, right_h
     if per_task > 0:
         for tau in iter_task_vectors(taus, name, matrix=True):
             tau64 = tau.to(torch.float64)
             del tau
             residual = tau64 - common_left @ (common_left.T @ tau64)
+            del tau64
             task_left, task_values, task_right = top_singular_triplets(residual, per_task, tol)
             lefts.append(task_left)
             kept.append(task_values)
             rights.append(task_right)
     all_values = torch.cat(kept)
     iso = torch.full_like(all_values, all_values.mean().item())
-    merged = combine_orthogonalised(torch.cat(lefts, 1), iso, torch.cat(rights, 1))
-    return (alpha * merged).to(torch.float32)
+    left_all = torch.cat(lefts, 1)
+    lefts.clear()
+    return combine_orthogonalised(left_all, iso, torch.cat(rights, 1), alpha)

@@ -107,7 +107,7 @@ def top_singular_subspace(
     if values.numel() == 0 or values[0].item() == 0.0:
         return vectors[:, :0]
     keep = min(k, numerical_rank(values, rtol * values[0].item()))
-    return vectors[:, :keep]
+    return vectors[:, :keep].clone()
 
 
 def anchor_subspace(name: str, base_weight: Tensor, config: PactConfig) -> Tensor:

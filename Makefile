@@ -10,7 +10,7 @@ export TRANSFORMERS_OFFLINE := 1
 # Idle OpenMP threads sleep instead of spinning: torch processes sharing the cores stay fast.
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: install run demo test lint typecheck unit bench bench-full clean
+.PHONY: install run demo test lint typecheck unit bench bench-full docs clean
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,9 @@ unit: install
 	$(VENV)/bin/pytest -q
 
 test: lint typecheck unit
+
+docs: install
+	$(VENV)/bin/python -c "from app.ml.merging import methods_markdown; import pathlib; pathlib.Path('docs/merge-methods.md').write_text(methods_markdown())"
 
 bench: install
 	$(VENV)/bin/pavedock bench identify --profile quick --out bench-out/identify-quick.json

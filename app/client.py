@@ -26,7 +26,15 @@ from pydantic import BaseModel
 from app.auth.schemas import KeyIssued, KeyRead
 from app.jobs.schemas import JobPage, JobRead, JobSubmitted
 from app.learnwares.schemas import LearnwareRead, LearnwareSubmitted, Page
-from app.reuse.schemas import FinetuneCreate, MergeCreate, MergeMethodRead, ReuseSubmitted, TransferCreate
+from app.reuse.schemas import (
+    FinetuneCreate,
+    MergeCreate,
+    MergeMethodRead,
+    ReuseSubmitted,
+    TaskReuseCreate,
+    TaskReuseSubmitted,
+    TransferCreate,
+)
 from app.spec_spaces.schemas import SpecSpaceRead
 from app.tasks.schemas import IdentifyResult, TaskRead, TaskSubmitted
 
@@ -312,6 +320,12 @@ class DockClient:
     def transfer(self, body: TransferCreate) -> ReuseSubmitted:
         """Move a LoRA learnware onto another registered base."""
         return self._model(ReuseSubmitted, "POST", "/v1/transfers", json=body.model_dump(mode="json"))
+
+    def reuse_task(self, task_id: int, body: TaskReuseCreate) -> TaskReuseSubmitted:
+        """Fine-tune a ready task's top adapter and merge its top k into private learnwares."""
+        return self._model(
+            TaskReuseSubmitted, "POST", f"/v1/tasks/{task_id}/reuse", json=body.model_dump(mode="json")
+        )
 
     # -- keys --------------------------------------------------------------------------------
 

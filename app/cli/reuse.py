@@ -34,6 +34,7 @@ def register(app: typer.Typer) -> None:
     app.command("merge-methods")(merge_methods)
     app.command("finetune")(finetune)
     app.command("transfer")(transfer)
+    app.command("reuse")(reuse)
 
 
 def _params(value: str) -> dict[str, object]:
@@ -145,3 +146,73 @@ def transfer(
     )
     with _client(url, key) as client:
         _finish(client, client.transfer(body).job_id, wait)
+
+
+def reuse(
+    task_id: Annotated[int, typer.Argument(help="a task of yours whose learnwares are ranked")],
+    few_shot: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help='JSONL of {"text", "label"}')],
+    label_names: Annotated[str, typer.Option("--label-names", help="comma-separated, or a labels.json")],
+    finetune: Annotated[
+        bool, typer.Option("--finetune/--no-finetune", help="fine-tune the top adapter")
+    ] = True,
+    steps: Annotated[int, typer.Option(help="AdamW steps of the fine-tune")] = 30,
+    merge_k: Annotated[int, typer.Option("--merge-k", help="merge the top k adapters (0: no merge)")] = 3,
+    method: Annotated[
+        str, typer.Option("--method", help="merge method, see `pavedock merge-methods`")
+    ] = "iso_c",
+    params: Params = "{}",
+    holdout: Annotated[float, typer.Option(help="share of the shots held out to measure")] = 0.25,
+    wait: Wait = True,
+    url: Url = DEFAULT_URL,
+    key: Key = None,
+) -> None:
+    """Identify, then reuse: fine-tune the task's top adapter and merge its top k (private
+    learnwares), and compare them with the top-1 used as it is on held-out shots."""
+    from app.reuse.schemas import TaskReuseCreate
+
+    texts, labels = _read_few_shot(few_shot)
+    body = TaskReuseCreate(
+        texts=texts,
+        labels=labels,
+        label_names=_label_names(label_names),
+        finetune=finetune,
+        finetune_steps=steps,
+        merge_k=merge_k,
+        merge_method=method,
+        merge_params=_params(params),
+        holdout=holdout,
+    )
+    with _client(url, key) as client:
+        submitted = client.reuse_task(task_id, body)
+        for reason in submitted.skipped:
+            console.print(f"[yellow]skipped {reason}[/yellow]")
+        parts = [(n, c) for n, c in (("fine-tune", submitted.finetune), ("merge", submitted.merge)) if c]
+        for what, choice in parts:
+            console.print(
+                f"{what}: job {choice.job_id} from learnwares {choice.learnware_ids} (ranks {choice.ranks})"
+            )
+        if not wait:
+            return
+        rows: list[tuple[str, object]] = []
+        failed = False
+        for what, choice in parts:
+            job = _wait_and_report(client, choice.job_id, timeout=3600.0)
+            if job.state.value != "succeeded" or job.result is None:
+                failed = True
+                continue
+            if not rows:
+                top1 = job.result.get("identified_accuracy", job.result.get("first_input_accuracy"))
+                rows.append(
+                    (
+                        f"top adapter, learnware {choice.learnware_ids[0]} (rank {choice.ranks[0]}), as it is",
+                        top1,
+                    )
+                )
+            rows.append(
+                (f"{what} → learnware {job.result['learnware_id']}", job.result.get("heldout_accuracy"))
+            )
+        for label, accuracy in rows:
+            shown = f"{float(accuracy):.3f}" if isinstance(accuracy, int | float) else "–"
+            console.print(f"  {label}: held-out accuracy {shown}")
+        if failed:
+            raise typer.Exit(1)

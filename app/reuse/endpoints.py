@@ -1,4 +1,5 @@
-"""Reuse endpoints: merge learnwares, fine-tune one on your shots, transfer one to another base."""
+"""Reuse endpoints: merge learnwares, fine-tune one on your shots, transfer one to another base,
+and reuse what a task identified."""
 
 from __future__ import annotations
 
@@ -7,7 +8,15 @@ from fastapi import APIRouter
 from app.api.deps import RuntimeDep, SessionDep
 from app.auth.dependencies import CurrentKey
 from app.reuse import service
-from app.reuse.schemas import FinetuneCreate, MergeCreate, MergeMethodRead, ReuseSubmitted, TransferCreate
+from app.reuse.schemas import (
+    FinetuneCreate,
+    MergeCreate,
+    MergeMethodRead,
+    ReuseSubmitted,
+    TaskReuseCreate,
+    TaskReuseSubmitted,
+    TransferCreate,
+)
 
 router = APIRouter(tags=["reuse"])
 
@@ -43,3 +52,12 @@ def post_transfer(
     """Move a LoRA learnware onto another registered base (BiCo and its baselines)."""
     job = service.create_transfer(session, runtime, key, body)
     return ReuseSubmitted(job_id=job.id, kind=job.kind)
+
+
+@router.post("/v1/tasks/{task_id}/reuse", response_model=TaskReuseSubmitted, status_code=202)
+def post_task_reuse(
+    task_id: int, body: TaskReuseCreate, key: CurrentKey, session: SessionDep, runtime: RuntimeDep
+) -> TaskReuseSubmitted:
+    """Identify, then reuse: fine-tune the task's top adapter (PAVE♦) and merge its top k into your
+    private learnwares; each job's result gives its held-out accuracy beside the top-1's as it is."""
+    return service.create_task_reuse(session, runtime, key, task_id, body)

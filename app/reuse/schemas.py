@@ -64,6 +64,37 @@ class TransferCreate(BaseModel):
         return self
 
 
+class TaskReuseCreate(Shots):
+    """Reuse what a task identified: fine-tune its top adapter (PAVE♦) and merge its top ``merge_k``.
+
+    The shots are sent again (the dock erases a task's examples once its spec is fitted). One
+    seeded, stratified part is held out, so both results and the top-1 used as it is are measured
+    on the same examples.
+    """
+
+    finetune: bool = Field(default=True, description="fine-tune the top-ranked adapter learnware")
+    finetune_steps: int = Field(default=30, ge=1, le=1000)
+    merge_k: int = Field(default=3, ge=0, le=16, description="merge the top k adapters; 0 or 1: no merge")
+    merge_method: str = Field(default="iso_c", description="GET /v1/merge-methods lists them")
+    merge_params: dict[str, Any] = Field(default_factory=dict)
+    holdout: float = Field(default=0.25, gt=0.0, lt=1.0)
+    seed: int = 0
+
+
+class ReuseChoice(BaseModel):
+    job_id: int
+    kind: str
+    learnware_ids: list[int] = Field(description="the learnwares it starts from, best ranked first")
+    ranks: list[int] = Field(description="their ranks in the task's results")
+
+
+class TaskReuseSubmitted(BaseModel):
+    task_id: int
+    finetune: ReuseChoice | None
+    merge: ReuseChoice | None
+    skipped: list[str] = Field(description="why a part asked for was not started")
+
+
 class ReuseSubmitted(BaseModel):
     job_id: int
     kind: str

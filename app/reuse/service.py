@@ -8,15 +8,24 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from app.api.errors import Conflict
-from app.db.models import ApiKey, Job, Learnware, LearnwareStatus
+from app.db.models import ApiKey, Job, Learnware, LearnwareStatus, Role, TaskStatus, UserTask
 from app.jobs import service as jobs
 from app.jobs.stages import REUSE_FINETUNE, REUSE_MERGE, REUSE_TRANSFER, Stage
 from app.learnwares.service import get_visible
 from app.ml.errors import InvalidInput
 from app.ml.head import check_label_names
-from app.reuse.schemas import FinetuneCreate, MergeCreate, MergeMethodRead, Shots, TransferCreate
+from app.reuse.schemas import (
+    FinetuneCreate,
+    MergeCreate,
+    MergeMethodRead,
+    ReuseChoice,
+    Shots,
+    TaskReuseCreate,
+    TaskReuseSubmitted,
+    TransferCreate,
+)
 from app.runtime import Runtime
-from app.tasks.service import class_ids
+from app.tasks.service import class_ids, get_owned
 
 MERGE = "reuse.merge"
 FINETUNE = "reuse.finetune"
@@ -62,56 +71,147 @@ def merge_methods() -> list[MergeMethodRead]:
     return [MergeMethodRead(name=m.name, help=m.summary, params=m.json_schema()) for m in METHODS.values()]
 
 
-def create_merge(session: Session, runtime: Runtime, key: ApiKey, body: MergeCreate) -> Job:
+def _merge_params(
+    learnwares: list[Learnware],
+    method: str,
+    params: dict[str, Any],
+    name: str | None,
+    private: bool,
+    eval_shots: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """A merge job's parameters, checked: one base, a known method, parameters it declares."""
     from app.ml.merging import get_method
 
-    if len(set(body.learnware_ids)) != len(body.learnware_ids):
-        raise InvalidInput(f"learnware ids repeat: {body.learnware_ids}")
-    learnwares = [_adapter(session, key, i) for i in body.learnware_ids]
+    ids = [lw.id for lw in learnwares]
+    if len(set(ids)) != len(ids):
+        raise InvalidInput(f"learnware ids repeat: {ids}")
     bases = sorted({lw.base_model or "" for lw in learnwares})
     if len(bases) != 1:
         raise InvalidInput(f"learnwares of different bases cannot be merged: {bases}")
-    params = dict(get_method(body.method).resolve(body.params))
-    label_names = list(dict.fromkeys(name for lw in learnwares for name in lw.label_names))
-    return _job(
-        session,
-        runtime,
-        key,
-        MERGE,
-        REUSE_MERGE,
-        {
-            "learnware_ids": body.learnware_ids,
-            "method": body.method,
-            "params": params,
-            "base": bases[0],
-            "label_names": label_names,
-            "name": body.name or f"merge of {', '.join(lw.name for lw in learnwares)}"[:128],
-            "private": body.private,
-            "eval": _shots(body.eval) if body.eval else None,
-        },
+    return {
+        "learnware_ids": ids,
+        "method": method,
+        "params": dict(get_method(method).resolve(params)),
+        "base": bases[0],
+        "label_names": list(dict.fromkeys(n for lw in learnwares for n in lw.label_names)),
+        "name": name or f"merge of {', '.join(lw.name for lw in learnwares)}"[:128],
+        "private": private,
+        "eval": eval_shots,
+    }
+
+
+def _finetune_params(
+    learnware: Learnware, shots: dict[str, Any], steps: int, holdout: float, seed: int, name: str | None
+) -> dict[str, Any]:
+    return {
+        "learnware_id": learnware.id,
+        "base": learnware.base_model,
+        **shots,
+        "steps": steps,
+        "holdout": holdout,
+        "seed": seed,
+        "name": name or f"{learnware.name}, fine-tuned"[:128],
+    }
+
+
+def create_merge(session: Session, runtime: Runtime, key: ApiKey, body: MergeCreate) -> Job:
+    if len(set(body.learnware_ids)) != len(body.learnware_ids):
+        raise InvalidInput(f"learnware ids repeat: {body.learnware_ids}")
+    learnwares = [_adapter(session, key, i) for i in body.learnware_ids]
+    params = _merge_params(
+        learnwares,
+        body.method,
+        body.params,
+        body.name,
+        body.private,
+        _shots(body.eval) if body.eval else None,
     )
+    return _job(session, runtime, key, MERGE, REUSE_MERGE, params)
 
 
 def create_finetune(session: Session, runtime: Runtime, key: ApiKey, body: FinetuneCreate) -> Job:
     learnware = _adapter(session, key, body.learnware_id)
+    params = _finetune_params(learnware, _shots(body), body.steps, body.holdout, body.seed, body.name)
+    return _job(session, runtime, key, FINETUNE, REUSE_FINETUNE, {**params, "private": body.private})
+
+
+def _ranked_adapters(session: Session, key: ApiKey, task: UserTask) -> tuple[list[Learnware], list[int]]:
+    """The task's matches that can be reused, best first: ready LoRA adapters this key may see,
+    on the base of the best-ranked one."""
+    chosen: list[Learnware] = []
+    ranks: list[int] = []
+    for match in task.results or []:
+        learnware = session.get(Learnware, int(match["learnware_id"]))
+        if learnware is None or learnware.status != LearnwareStatus.ready:
+            continue
+        if learnware.private and key.role != Role.admin and learnware.owner_id != key.id:
+            continue
+        if learnware.model_format != "peft-lora":
+            continue
+        if chosen and learnware.base_model != chosen[0].base_model:
+            continue
+        chosen.append(learnware)
+        ranks.append(int(match["rank"]))
+    return chosen, ranks
+
+
+def create_task_reuse(
+    session: Session, runtime: Runtime, key: ApiKey, task_id: int, body: TaskReuseCreate
+) -> TaskReuseSubmitted:
+    """Identify, then reuse: fine-tune the task's top adapter and merge its top ``merge_k``, each
+    into the user's private learnware, measured on one held-out part of the shots."""
+    from app.ml.merging import get_method
+    from app.ml.reuse import split_shots
+
+    task = get_owned(session, key, task_id)
+    if task.status != TaskStatus.ready:
+        raise Conflict(f"task {task_id} is {task.status.value}; reuse needs its ranked learnwares")
+    if not body.finetune and body.merge_k < 2:
+        raise InvalidInput("nothing to do: ask for finetune, or merge_k of 2 or more")
+    adapters, ranks = _ranked_adapters(session, key, task)
+    if not adapters:
+        raise InvalidInput(
+            f"none of task {task_id}'s {len(task.results or [])} matches is a ready LoRA adapter "
+            "learnware: only adapters can be fine-tuned or merged"
+        )
     shots = _shots(body)
-    return _job(
-        session,
-        runtime,
-        key,
-        FINETUNE,
-        REUSE_FINETUNE,
-        {
-            "learnware_id": learnware.id,
-            "base": learnware.base_model,
-            **shots,
-            "steps": body.steps,
-            "holdout": body.holdout,
-            "seed": body.seed,
-            "name": body.name or f"{learnware.name}, fine-tuned"[:128],
-            "private": body.private,
-        },
-    )
+    held = split_shots(shots["texts"], shots["labels"], body.holdout, body.seed)
+    if len(set(held.train_labels.tolist())) < 2:
+        raise InvalidInput("after holding out shots, the training part covers a single class")
+    skipped: list[str] = []
+    merge_params: dict[str, Any] | None = None
+    if body.merge_k >= 2:
+        get_method(body.merge_method).resolve(body.merge_params)  # refused now, even if skipped below
+        k = min(body.merge_k, len(adapters))
+        if k < 2:
+            skipped.append(f"merge: only one adapter learnware (rank {ranks[0]}) among the task's matches")
+        else:
+            if k < body.merge_k:
+                skipped.append(f"merge: {k} adapter learnwares among the task's matches, not {body.merge_k}")
+            evaluation = {
+                "texts": held.test_texts,
+                "labels": held.test_labels.tolist(),
+                "label_names": shots["label_names"],
+            }
+            name = f"{body.merge_method} merge of task {task_id}'s top {k}"
+            merge_params = _merge_params(
+                adapters[:k], body.merge_method, body.merge_params, name, True, evaluation
+            )
+    finetune: ReuseChoice | None = None
+    if body.finetune:
+        top = adapters[0]
+        name = f"{top.name}, fine-tuned for task {task_id}"
+        params = _finetune_params(top, shots, body.finetune_steps, body.holdout, body.seed, name)
+        job = _job(session, runtime, key, FINETUNE, REUSE_FINETUNE, {**params, "private": True})
+        finetune = ReuseChoice(job_id=job.id, kind=job.kind, learnware_ids=[top.id], ranks=ranks[:1])
+    merge: ReuseChoice | None = None
+    if merge_params is not None:
+        job = _job(session, runtime, key, MERGE, REUSE_MERGE, merge_params)
+        k = len(merge_params["learnware_ids"])
+        merge = ReuseChoice(
+            job_id=job.id, kind=job.kind, learnware_ids=merge_params["learnware_ids"], ranks=ranks[:k]
+        )
+    return TaskReuseSubmitted(task_id=task_id, finetune=finetune, merge=merge, skipped=skipped)
 
 
 def create_transfer(session: Session, runtime: Runtime, key: ApiKey, body: TransferCreate) -> Job:

@@ -1,6 +1,6 @@
 """End to end: reuse jobs run by the embedded dock's real worker. Two LoRA learnwares are
-merged into a public one that is validated, fitted and indexed; one is fine-tuned on a user's
-shots into a private learnware that only that user sees."""
+merged into a public one that is validated, fitted and indexed; then a user's task is identified
+and its top adapter fine-tuned and top two merged into private learnwares only that user sees."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from app.client import DockAPIError, DockClient
 from app.ml.data import few_shot, load_task
-from app.reuse.schemas import FinetuneCreate, MergeCreate, Shots
+from app.reuse.schemas import MergeCreate, Shots, TaskReuseCreate
 from tests.e2e.conftest import PYTHON, TEST_ENV, Proc, Processes, free_port, wait_ready
 from tests.e2e.test_embedded import pavedock
 
@@ -61,15 +61,32 @@ def test_merge_and_finetune_jobs_register_new_learnwares(
             "spam",
         ]
 
-        tuned = client.finetune(FinetuneCreate(learnware_id=ids["sst2"], steps=10, **labelled.model_dump()))
-        job = client.wait(tuned.job_id, timeout=600)
-        assert job.state.value == "succeeded", f"{job.error}\n{serve.tail()}"
-        assert {"heldout_accuracy", "identified_accuracy", "n_heldout"} <= set(job.result or {})
-        private_id = int(job.result["learnware_id"])  # type: ignore[index]
-        assert client.wait(int(job.result["ingest_job_id"]), timeout=600).state.value == "succeeded"  # type: ignore[index]
-        assert client.learnware(private_id).status.value == "ready"
+        # Identify, then reuse: the task's top adapter fine-tuned and its top two merged, both
+        # private, measured on the same held-out shots as the top adapter used as it is.
+        submitted = client.task(shots.texts, [int(y) for y in shots.labels], shots.label_names, top_k=5)
+        task = client.wait_task(submitted.task_id, timeout=600)
+        assert task.status.value == "ready" and task.matches, task.error
+        reuse = client.reuse_task(
+            task.id, TaskReuseCreate(**labelled.model_dump(), finetune_steps=10, merge_k=2)
+        )
+        assert reuse.finetune is not None and reuse.merge is not None, reuse.skipped
+        private_ids = []
+        for choice in (reuse.finetune, reuse.merge):
+            job = client.wait(choice.job_id, timeout=600)
+            assert job.state.value == "succeeded", f"{job.error}\n{serve.tail()}"
+            result = job.result or {}
+            assert result["heldout_accuracy"] is not None
+            top = result.get("identified_accuracy", result.get("first_input_accuracy"))
+            assert top is not None
+            assert client.wait(int(result["ingest_job_id"]), timeout=600).state.value == "succeeded"
+            private_ids.append(int(result["learnware_id"]))
+        assert all(client.learnware(i).status.value == "ready" for i in private_ids)
+        private_id = private_ids[0]
         client.download(private_id, tmp_path / "mine.zip")
         assert (tmp_path / "mine.zip").stat().st_size > 0
     with DockClient(url, other) as stranger, pytest.raises(DockAPIError) as refused:
         stranger.learnware(private_id)
+    assert refused.value.status == 404
+    with DockClient(url, other) as stranger, pytest.raises(DockAPIError) as refused:
+        stranger.learnware(private_ids[1])
     assert refused.value.status == 404

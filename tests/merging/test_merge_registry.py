@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -122,3 +124,8 @@ def test_dare_seed_changes_the_masks() -> None:
     seeded = [merge_tensor("w", base, finetuned, "dare", {"seed": seed}) for seed in (0, 0, 1)]
     assert torch.equal(seeded[0], seeded[1])
     assert not torch.equal(seeded[0], seeded[2])
+
+
+def test_the_committed_methods_reference_is_generated_from_the_registry() -> None:
+    committed = Path(__file__).parents[2] / "docs" / "merge-methods.md"
+    assert committed.read_text() == methods_markdown(), "run `make docs` to regenerate docs/merge-methods.md"

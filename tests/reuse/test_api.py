@@ -9,7 +9,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import update
 
-from app.db.models import Job, Learnware, LearnwareStatus
+from app.db.models import Job, Learnware, LearnwareStatus, TaskStatus, UserTask
+from app.ml.reuse import split_shots
 from app.runtime import Runtime
 from tests.api.conftest import Keys, broker_messages
 from tests.api.test_learnwares import submit
@@ -170,3 +171,89 @@ def test_private_learnwares_stay_with_their_owner(
     listed = client.get("/v1/learnwares", headers=keys.auth("user")).json()
     assert learnware_id not in [lw["id"] for lw in listed["items"]]
     assert learnware_id not in runtime.indexes.live(runtime.default_space_id).index.ids()
+
+
+def identified_task(
+    runtime: Runtime, client: TestClient, keys: Keys, ranked: list[int], *, who: str = "user"
+) -> int:
+    """Post a few-shot task, then give it the ranking its worker would have stored."""
+    response = client.post("/v1/tasks", json=SHOTS, headers=keys.auth(who))
+    assert response.status_code == 202, response.text
+    task_id = int(response.json()["task_id"])
+    results = [{"rank": r + 1, "learnware_id": i, "score": 0.9 - 0.1 * r} for r, i in enumerate(ranked)]
+    with runtime.db.session() as session:
+        session.execute(
+            update(UserTask)
+            .where(UserTask.id == task_id)
+            .values(status=TaskStatus.ready, results=results, examples=None)
+        )
+    return task_id
+
+
+REUSE_SHOTS = {
+    "texts": ["great film", "awful film", "loved it", "hated it", "superb", "dreadful", "a joy", "a bore"],
+    "labels": ["positive", "negative"] * 4,
+    "label_names": ["negative", "positive"],
+}
+
+
+def test_task_reuse_finetunes_the_top_adapter_and_merges_the_top_k(
+    client: TestClient, keys: Keys, runtime: Runtime, market: dict[str, int]
+) -> None:
+    # The ONNX learnware ranks first but cannot be fine-tuned or merged: the adapters are used.
+    task_id = identified_task(runtime, client, keys, [market["onnx"], market["sst2"], market["spam"]])
+    before = broker_messages(runtime)
+    body = {**REUSE_SHOTS, "merge_k": 3, "merge_method": "ties", "holdout": 0.25, "seed": 3}
+    response = client.post(f"/v1/tasks/{task_id}/reuse", json=body, headers=keys.auth("user"))
+    assert response.status_code == 202, response.text
+    out = response.json()
+    assert out["finetune"]["learnware_ids"] == [market["sst2"]] and out["finetune"]["ranks"] == [2]
+    assert out["merge"]["learnware_ids"] == [market["sst2"], market["spam"]]
+    assert out["merge"]["ranks"] == [2, 3]
+    assert out["skipped"] == ["merge: 2 adapter learnwares among the task's matches, not 3"]
+    assert broker_messages(runtime) == before + 2
+    with runtime.db.session() as session:
+        tune = session.get(Job, out["finetune"]["job_id"])
+        merge = session.get(Job, out["merge"]["job_id"])
+        assert tune is not None and tune.params is not None and merge is not None and merge.params is not None
+        assert tune.kind == "reuse.finetune" and tune.params["private"] is True
+        assert tune.params["holdout"] == 0.25 and tune.params["seed"] == 3
+        assert merge.kind == "reuse.merge" and merge.params["private"] is True
+        assert merge.params["method"] == "ties" and "k" in merge.params["params"]
+        # The merge is measured on the very shots the fine-tune holds out.
+        held = split_shots(tune.params["texts"], tune.params["labels"], 0.25, 3)
+        assert merge.params["eval"]["texts"] == held.test_texts
+        assert merge.params["eval"]["labels"] == held.test_labels.tolist()
+        assert len(held.test_texts) == 2 and merge.params["eval"]["label_names"] == ["negative", "positive"]
+
+
+def test_task_reuse_refuses_what_it_cannot_do(
+    client: TestClient, keys: Keys, runtime: Runtime, market: dict[str, int]
+) -> None:
+    only_onnx = identified_task(runtime, client, keys, [market["onnx"]])
+    one_adapter = identified_task(runtime, client, keys, [market["sst2"], market["onnx"]])
+    before = broker_messages(runtime)
+
+    def post(task_id: int, who: str = "user", **changes: object) -> tuple[int, str]:
+        response = client.post(
+            f"/v1/tasks/{task_id}/reuse", json={**REUSE_SHOTS, **changes}, headers=keys.auth(who)
+        )
+        return response.status_code, response.text
+
+    status, text = post(only_onnx)
+    assert status == 422 and "only adapters can be fine-tuned or merged" in text
+    assert post(one_adapter, "user2")[0] == 403  # another user's task
+    assert post(999999)[0] == 404
+    status, text = post(one_adapter, finetune=False, merge_k=0)
+    assert status == 422 and "nothing to do" in text
+    status, text = post(one_adapter, labels=["positive"] * 8)
+    assert status == 422 and "single class" in text
+    status, text = post(one_adapter, merge_method="nope")
+    assert status == 422 and "nope" in text
+    assert broker_messages(runtime) == before
+    # Still being identified: the task has no ranking to reuse yet.
+    pending = client.post("/v1/tasks", json=SHOTS, headers=keys.auth("user")).json()["task_id"]
+    assert post(pending)[0] == 409
+    # One adapter: the fine-tune runs, the merge is skipped with its reason.
+    status, text = post(one_adapter)
+    assert status == 202 and "only one adapter learnware (rank 1)" in text

@@ -6,13 +6,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import overload
 
 import torch
 from torch import Tensor
 
 from app.ml.errors import InvalidInput
 from app.ml.merging.lowrank import LoraDelta, lowrank_pact_filter
+from app.ml.merging.methods import MappedTaskVectors
 from app.ml.merging.pact import PactConfig
 from app.ml.merging.registry import get_method, merge_delta
 from app.ml.merging.sources import DictSink, SafetensorsSink, TensorSink, TensorSource
@@ -77,7 +77,7 @@ def stream_merge(
         weight = base.get(name)
         if weight.is_floating_point() and _any_changed(name, weight, finetuned):
             base32 = weight.to(torch.float32)
-            delta = merge_delta(name, weight, _SourceTaskVectors(name, base32, finetuned), spec, resolved)
+            delta = merge_delta(name, weight, _source_task_vectors(name, base32, finetuned), spec, resolved)
             sink.write(name, (base32 + delta).to(weight.dtype))
             del delta, base32
             if spec.elementwise or weight.dim() == 2:
@@ -112,28 +112,13 @@ def _any_changed(name: str, weight: Tensor, finetuned: Sequence[TensorSource]) -
     return changed
 
 
-class _SourceTaskVectors(Sequence[Tensor]):
+def _source_task_vectors(name: str, base32: Tensor, finetuned: Sequence[TensorSource]) -> Sequence[Tensor]:
     """τ_t = θ_t − θ0 of one tensor, read from source t each time it is asked for, never kept."""
 
-    def __init__(self, name: str, base32: Tensor, finetuned: Sequence[TensorSource]) -> None:
-        self._name = name
-        self._base32 = base32
-        self._finetuned = finetuned
+    def read(index: int, source: TensorSource) -> Tensor:
+        return _read_checked(name, base32.shape, source, index).to(torch.float32) - base32
 
-    def __len__(self) -> int:
-        return len(self._finetuned)
-
-    @overload
-    def __getitem__(self, index: int) -> Tensor: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[Tensor]: ...
-
-    def __getitem__(self, index: int | slice) -> Tensor | Sequence[Tensor]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(len(self))[index]]
-        other = _read_checked(self._name, self._base32.shape, self._finetuned[index], index)
-        return other.to(torch.float32) - self._base32
+    return MappedTaskVectors(finetuned, read)
 
 
 def merge_state_dicts(

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from typing import Literal, overload
+from typing import Generic, Literal, TypeVar, overload
 
 import torch
 from torch import Tensor
@@ -38,10 +38,14 @@ def tensor_seed(seed: int, name: str) -> int:
     return (seed * 1_000_003 + zlib.crc32(name.encode())) % (2**63 - 1)
 
 
-class MappedTaskVectors(Sequence[Tensor]):
-    """τ̃_t = fn(t, τ_t), computed when read: a filtered or dropped view that holds no tensors."""
+Item = TypeVar("Item")
 
-    def __init__(self, taus: Sequence[Tensor], fn: Callable[[int, Tensor], Tensor]) -> None:
+
+class MappedTaskVectors(Sequence[Tensor], Generic[Item]):
+    """τ̃_t = fn(t, item_t), computed when read: a filtered or dropped view of task vectors, or task
+    vectors read from their sources, that holds no tensors."""
+
+    def __init__(self, taus: Sequence[Item], fn: Callable[[int, Item], Tensor]) -> None:
         self._taus = taus
         self._fn = fn
 

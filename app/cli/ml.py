@@ -184,6 +184,20 @@ def bench_identify(
     typer.echo(json.dumps(result["summary"], indent=2))
 
 
+@bench_app.command("spec-time")
+def bench_spec_time(
+    out: Out,
+    datasets: Datasets = None,
+    shots: Annotated[int, typer.Option(help="examples per user task")] = 32,
+    repeats: Annotated[int, typer.Option(help="fits per task and recipe")] = 3,
+) -> None:
+    """Seconds a user waits for a task spec: the default recipe against multi-step ones."""
+    from app.bench.spec_time import run_spec_time_benchmark
+
+    result = run_spec_time_benchmark(out, default_datasets_dir(datasets), shots=shots, repeats=repeats)
+    typer.echo(json.dumps(result["recipes"], indent=2))
+
+
 @bench_app.command("merge")
 def bench_merge(out: Out, profile: Profile = "quick", datasets: Datasets = None, cache: Cache = None) -> None:
     """The merging benchmark: every method with and without PACT on 2-, 4- and 8-task groups."""

@@ -52,3 +52,22 @@ def test_same_task_learnware_outranks_unrelated_and_corrupted(market: dict[str, 
         assert ranking[0] == "sst2-good", ranking
         assert ranking.index("sst2-good") < ranking.index("sst2-corrupted")
         assert ranking.index("sst2-good") < ranking.index("sms_spam-good")
+
+
+def test_spec_time_benchmark_times_each_recipe(tmp_path: Path) -> None:
+    from app.bench.spec_time import run_spec_time_benchmark
+
+    out = tmp_path / "spec-time.json"
+    report = run_spec_time_benchmark(
+        out,
+        DATASETS,
+        tasks=("sst2", "trec"),
+        shots=8,
+        repeats=1,
+        recipes=(("one-grad", 0, True), ("adam-2", 2, True)),
+    )
+    assert report["shots"] == [8, 6]  # trec: 6 classes, one shot each of the 6 chosen, at most 8
+    assert set(report["recipes"]) == {"one-grad", "adam-2"}
+    for row in report["recipes"].values():
+        assert 0 < row["median_seconds"] <= row["p95_seconds"]
+    assert "| one-grad | 0 |" in out.with_suffix(".md").read_text()

@@ -80,3 +80,17 @@ def lora_packages(datasets_dir: Path, package_dir: Path) -> dict[str, Path]:
         )
 
     return {name: cached(package_dir / f"{name}-lora.zip", build(name)) for name in ("sst2", "sms_spam")}
+
+
+@pytest.fixture(scope="session")
+def linear_packages(datasets_dir: Path, package_dir: Path) -> dict[str, Path]:
+    """Real sequence classifiers of MiniLM (hf-seqcls, naming their base) for two datasets."""
+    from app.ml.builders import train_linear_head_learnware
+    from app.ml.data import load_task
+
+    def build(name: str) -> Callable[[Path], Path]:
+        return lambda out: train_linear_head_learnware(
+            load_task(datasets_dir, name, "train", limit=300, seed=0), out, n_inputs=64
+        )
+
+    return {name: cached(package_dir / f"{name}-linear.zip", build(name)) for name in ("sst2", "trec")}

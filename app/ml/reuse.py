@@ -254,3 +254,38 @@ def package_lora_adapter(
         "inputs.jsonl": inputs_jsonl(inputs),
     }
     return build_package(out_zip, manifest, files)
+
+
+def package_model_dir(
+    model_dir: Path,
+    out_zip: Path,
+    *,
+    name: str,
+    description: str,
+    label_names: list[str],
+    base: str,
+    inputs: Sequence[str],
+    license: str,
+    tags: Sequence[str] = (),
+) -> Path:
+    """Write a transformers sequence-classification directory as an ``hf-seqcls`` learnware package."""
+    from app.ml.packages import Manifest, build_package, files_under, inputs_jsonl
+
+    manifest = Manifest.model_validate(
+        {
+            "name": name,
+            "description": description,
+            "tags": list(tags),
+            "task_type": "text-classification",
+            "label_names": label_names,
+            "model_format": "hf-seqcls",
+            "base_model": base,
+            "license": license,
+            "inputs": "inputs.jsonl",
+        }
+    )
+    files: dict[str, Path | bytes] = {
+        **files_under(Path(model_dir), "model"),
+        "inputs.jsonl": inputs_jsonl(inputs),
+    }
+    return build_package(out_zip, manifest, files)

@@ -34,7 +34,9 @@ class _Input:
     license: str
     tags: list[str]
     adapter_dir: Path
+    """The package's model: an adapter folder, or a sequence classifier's directory."""
     inputs: list[str]
+    label_names: list[str]
 
 
 def _params(ctx: JobContext) -> dict[str, Any]:
@@ -62,13 +64,13 @@ def _fetch(ctx: JobContext, scratch: Path, learnware_id: int) -> _Input:
         learnware = session.get(Learnware, learnware_id)
         if learnware is None:
             raise InvalidPackage(f"learnware {learnware_id} no longer exists")
-        sha, name = learnware.package_sha256, learnware.name
+        sha, name, names = learnware.package_sha256, learnware.name, list(learnware.label_names)
         license, tags = learnware.license or "unknown", list(learnware.tags)
     folder = scratch / f"in-{learnware_id}"
     folder.mkdir()
     zip_path = ctx.runtime.store.fetch(sha, folder / "package.zip")
     package = extract_package(zip_path, folder / "package", package_limits(ctx.runtime.settings))
-    return _Input(learnware_id, name, license, tags, package.model_path, list(package.inputs))
+    return _Input(learnware_id, name, license, tags, package.model_path, list(package.inputs), names)
 
 
 def _interleave(lists: list[list[str]], limit: int) -> list[str]:
@@ -109,6 +111,9 @@ def merge(ctx: JobContext) -> None:
     with _scratch(ctx) as scratch:
         ctx.progress(0.02, "fetching the learnwares", force=True)
         inputs = [_fetch(ctx, scratch, i) for i in params["learnware_ids"]]
+        if params.get("format", "peft-lora") == "hf-seqcls":
+            _merge_full(ctx, params, scratch, inputs)
+            return
         shots = params.get("eval")
         held = (
             HeldOut([], np.zeros(0, np.int64), shots["texts"], np.asarray(shots["labels"])) if shots else None
@@ -151,6 +156,56 @@ def merge(ctx: JobContext) -> None:
             },
             f"merged {len(inputs)} learnwares",
         )
+
+
+def _merge_full(ctx: JobContext, params: dict[str, Any], scratch: Path, inputs: list[_Input]) -> None:
+    """Merge full fine-tunes (sequence classifiers of one base) and register the merged model."""
+    from app.ml.merging.full import merge_full_with_eval
+    from app.ml.reuse import package_model_dir
+
+    shots = params.get("eval") or {}
+    result = merge_full_with_eval(
+        [x.adapter_dir for x in inputs],
+        [x.label_names for x in inputs],
+        params["base"],
+        params["method"],
+        params["params"],
+        scratch / "merged",
+        eval_texts=shots.get("texts", []),
+        eval_labels=shots.get("labels", []),
+        eval_names=shots.get("label_names", []),
+        progress=ctx.scaled(0.1, 0.8, f"merging with {params['method']}"),
+    )
+    stats = result.stats
+    ctx.log(
+        f"merged {len(inputs)} full fine-tunes with {params['method']} in {result.seconds:.1f} s "
+        f"({stats.merged} tensors merged, {stats.averaged} averaged, {stats.unchanged} unchanged)"
+    )
+    ctx.progress(0.85, "packaging the merged learnware", force=True)
+    zip_path = package_model_dir(
+        scratch / "merged",
+        scratch / "merged.zip",
+        name=params["name"],
+        description=f"{params['method']} merge of the full fine-tunes {params['learnware_ids']}",
+        label_names=result.label_names,
+        base=params["base"],
+        inputs=_interleave([x.inputs for x in inputs], MAX_DECLARED_INPUTS),
+        license=", ".join(sorted({x.license for x in inputs})),
+        tags=sorted({t for x in inputs for t in x.tags} | {"merged"}),
+    )
+    _register(
+        ctx,
+        zip_path,
+        params,
+        {
+            "method": params["method"],
+            "format": "hf-seqcls",
+            "merge_seconds": round(result.seconds, 3),
+            "heldout_accuracy": result.heldout_accuracy,
+            "first_input_accuracy": result.first_input_accuracy,
+        },
+        f"merged {len(inputs)} learnwares",
+    )
 
 
 def finetune(ctx: JobContext) -> None:

@@ -32,14 +32,37 @@ FINETUNE = "reuse.finetune"
 TRANSFER = "reuse.transfer"
 
 
-def _adapter(session: Session, key: ApiKey, learnware_id: int) -> Learnware:
+def _ready(session: Session, key: ApiKey, learnware_id: int) -> Learnware:
     learnware = get_visible(session, key, learnware_id)
     if learnware.status != LearnwareStatus.ready:
         raise Conflict(f"learnware {learnware_id} is {learnware.status.value}, not ready")
+    return learnware
+
+
+def _adapter(session: Session, key: ApiKey, learnware_id: int) -> Learnware:
+    learnware = _ready(session, key, learnware_id)
     if learnware.model_format != "peft-lora":
         raise InvalidInput(
             f"learnware {learnware_id} is a {learnware.model_format} model; only peft-lora adapters "
-            "can be merged, fine-tuned or transferred"
+            "can be fine-tuned or transferred"
+        )
+    return learnware
+
+
+MERGEABLE = ("peft-lora", "hf-seqcls")
+
+
+def _mergeable(session: Session, key: ApiKey, learnware_id: int) -> Learnware:
+    """A LoRA adapter, or a full fine-tune of a base (a sequence classifier naming its base)."""
+    learnware = _ready(session, key, learnware_id)
+    if learnware.model_format not in MERGEABLE:
+        raise InvalidInput(
+            f"learnware {learnware_id} is a {learnware.model_format} model; only peft-lora adapters and "
+            "hf-seqcls fine-tunes of a base can be merged"
+        )
+    if learnware.model_format == "hf-seqcls" and not learnware.base_model:
+        raise InvalidInput(
+            f"learnware {learnware_id} names no base_model: a merge needs fine-tunes of one base"
         )
     return learnware
 
@@ -88,7 +111,14 @@ def _merge_params(
     bases = sorted({lw.base_model or "" for lw in learnwares})
     if len(bases) != 1:
         raise InvalidInput(f"learnwares of different bases cannot be merged: {bases}")
+    formats = sorted({lw.model_format for lw in learnwares})
+    if len(formats) != 1:
+        raise InvalidInput(
+            f"learnwares of different formats cannot be merged: {formats}; merge adapters with adapters "
+            "and full fine-tunes with full fine-tunes"
+        )
     return {
+        "format": formats[0],
         "learnware_ids": ids,
         "method": method,
         "params": dict(get_method(method).resolve(params)),
@@ -117,7 +147,7 @@ def _finetune_params(
 def create_merge(session: Session, runtime: Runtime, key: ApiKey, body: MergeCreate) -> Job:
     if len(set(body.learnware_ids)) != len(body.learnware_ids):
         raise InvalidInput(f"learnware ids repeat: {body.learnware_ids}")
-    learnwares = [_adapter(session, key, i) for i in body.learnware_ids]
+    learnwares = [_mergeable(session, key, i) for i in body.learnware_ids]
     params = _merge_params(
         learnwares,
         body.method,

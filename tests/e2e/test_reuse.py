@@ -1,5 +1,6 @@
 """End to end: reuse jobs run by the embedded dock's real worker. Two LoRA learnwares are
-merged into a public one that is validated, fitted and indexed; then a user's task is identified
+merged into a public one that is validated, fitted and indexed, and so are two full
+fine-tunes (sequence classifiers of the base); then a user's task is identified
 and its top adapter fine-tuned and top two merged into private learnwares only that user sees."""
 
 from __future__ import annotations
@@ -19,7 +20,11 @@ pytestmark = pytest.mark.e2e
 
 
 def test_merge_and_finetune_jobs_register_new_learnwares(
-    processes: Processes, lora_packages: dict[str, Path], datasets_dir: Path, tmp_path: Path
+    processes: Processes,
+    lora_packages: dict[str, Path],
+    linear_packages: dict[str, Path],
+    datasets_dir: Path,
+    tmp_path: Path,
 ) -> None:
     env = {**os.environ, **TEST_ENV, "PAVEDOCK_DATA_DIR": str(tmp_path / "var"), "PAVEDOCK_DATABASE_URL": "",
            "PAVEDOCK_BROKER_URL": ""}  # fmt: skip
@@ -35,8 +40,9 @@ def test_merge_and_finetune_jobs_register_new_learnwares(
     other = pavedock(env, "keys", "create", "--role", "user").strip().splitlines()[-1]
 
     ids: dict[str, int] = {}
+    packages = {**lora_packages, **{f"{name}-full": zip_path for name, zip_path in linear_packages.items()}}
     with DockClient(url, developer) as dev:
-        for name, package in lora_packages.items():
+        for name, package in packages.items():
             sub = dev.submit(package)
             job = dev.wait(sub.job_id, timeout=600)
             assert job.state.value == "succeeded", f"{job.error}\n{serve.tail()}"
@@ -60,6 +66,19 @@ def test_merge_and_finetune_jobs_register_new_learnwares(
             "ham",
             "spam",
         ]
+
+        # Full fine-tunes of the base (sequence classifiers) merge into one whose head is the union.
+        merged = client.merge(
+            MergeCreate(learnware_ids=[ids["sst2-full"], ids["trec-full"]], method="ties", eval=labelled)
+        )
+        job = client.wait(merged.job_id, timeout=600)
+        assert job.state.value == "succeeded", f"{job.error}\n{serve.tail()}"
+        assert job.result is not None and job.result["format"] == "hf-seqcls"
+        assert job.result["heldout_accuracy"] is not None and job.result["first_input_accuracy"] is not None
+        assert client.wait(int(job.result["ingest_job_id"]), timeout=600).state.value == "succeeded"
+        full = client.learnware(int(job.result["learnware_id"]))
+        assert full.status.value == "ready" and full.model_format == "hf-seqcls"
+        assert full.label_names[:2] == ["negative", "positive"] and len(full.label_names) == 8
 
         # Identify, then reuse: the task's top adapter fine-tuned and its top two merged, both
         # private, measured on the same held-out shots as the top adapter used as it is.

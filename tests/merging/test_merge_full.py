@@ -5,12 +5,13 @@ loads in transformers with no missing weight, and models of another base are ref
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 from transformers import (
     AutoModelForSequenceClassification,
     BertConfig,
@@ -88,16 +89,15 @@ def test_iso_c_merge_measures_itself_and_the_first_input(
         finetunes, [SENTIMENT, TOPICS], str(tiny.bert), "iso_c", {"alpha": 1.0}, tmp_path / "merged",
         eval_texts=texts, eval_labels=labels, eval_names=SENTIMENT,
     )  # fmt: skip
-    assert result["label_names"] == ["negative", "positive", "sports", "news"]
-    assert 0.0 <= float(result["heldout_accuracy"]) <= 1.0  # type: ignore[arg-type]
-    assert 0.0 <= float(result["first_input_accuracy"]) <= 1.0  # type: ignore[arg-type]
+    assert result.label_names == ["negative", "positive", "sports", "news"]
+    assert result.heldout_accuracy is not None and 0.0 <= result.heldout_accuracy <= 1.0
     # The first input used as it is, predicting among the eval's classes only.
     model = AutoModelForSequenceClassification.from_pretrained(finetunes[0]).eval()
     tokenizer = BertTokenizer.from_pretrained(finetunes[0])
     with torch.no_grad():
         logits = model(**tokenizer(texts, padding=True, return_tensors="pt")).logits
     expected = float((logits.argmax(-1).numpy() == np.asarray(labels)).mean())
-    assert result["first_input_accuracy"] == pytest.approx(expected)
+    assert result.first_input_accuracy == pytest.approx(expected)
     # Classes a model does not have: no accuracy rather than a wrong one.
     assert classifier_accuracy(finetunes[0], SENTIMENT, texts, np.asarray(labels), ["sports", "news"]) is None
 
@@ -121,3 +121,19 @@ def test_models_of_another_base_are_refused(tiny: TinyBases, finetunes: list[Pat
         merge_full_learnwares(finetunes, [SENTIMENT, TOPICS], str(tiny.mpnet), "iso_c", {}, tmp_path / "out2")
     with pytest.raises(InvalidInput, match="at least two"):
         merge_full_learnwares(finetunes[:1], [SENTIMENT], str(tiny.bert), "iso_c", {}, tmp_path / "out3")
+
+
+def test_integer_buffers_of_the_base_are_not_weights(
+    tiny: TinyBases, finetunes: list[Path], tmp_path: Path
+) -> None:
+    # Older checkpoints (the real MiniLM's) keep position_ids; fine-tunes saved today do not.
+    base = tmp_path / "old-base"
+    shutil.copytree(tiny.bert, base)
+    weights = load_file(str(base / "model.safetensors"))
+    weights["embeddings.position_ids"] = torch.arange(64)[None, :]
+    save_file(weights, str(base / "model.safetensors"))
+    _, stats = merge_full_learnwares(
+        finetunes, [SENTIMENT, TOPICS], str(base), "iso_c", {}, tmp_path / "merged"
+    )
+    assert stats.tensors == len(weights) - 1
+    assert "bert.embeddings.position_ids" not in load_file(str(tmp_path / "merged" / "model.safetensors"))

@@ -84,10 +84,50 @@ def test_a_merge_is_queued_with_its_checked_parameters(
         assert stored.params["label_names"] == ["negative", "positive", "ham", "spam"]
 
 
+def full_finetune_rows(runtime: Runtime, like: int, names: list[list[str]]) -> list[int]:
+    """Ready hf-seqcls learnwares of MiniLM, as rows (a 90 MB package is over these tests' upload
+    limit; the e2e tests submit and merge real ones)."""
+    ids = []
+    with runtime.db.session() as session:
+        template = session.get(Learnware, like)
+        assert template is not None
+        for labels in names:
+            row = Learnware(
+                owner_id=template.owner_id, status=LearnwareStatus.ready, name="classifier",
+                task_type="text-classification", label_names=labels, model_format="hf-seqcls",
+                base_model="all-MiniLM-L6-v2", manifest={}, package_sha256=template.package_sha256,
+                package_size=template.package_size, space_id=template.space_id,
+            )  # fmt: skip
+            session.add(row)
+            session.flush()
+            ids.append(row.id)
+    return ids
+
+
+def test_full_finetunes_merge_but_not_with_adapters(
+    client: TestClient, keys: Keys, runtime: Runtime, market: dict[str, int]
+) -> None:
+    full = full_finetune_rows(runtime, market["sst2"], [["negative", "positive"], ["ham", "spam"]])
+    body = {"learnware_ids": full, "method": "ties", "params": {"pact": True}}
+    response = client.post("/v1/merges", json=body, headers=keys.auth("user"))
+    assert response.status_code == 202, response.text
+    with runtime.db.session() as session:
+        stored = session.get(Job, response.json()["job_id"])
+        assert stored is not None and stored.params is not None
+        assert stored.params["format"] == "hf-seqcls" and stored.params["base"] == "all-MiniLM-L6-v2"
+    mixed = {"learnware_ids": [full[0], market["sst2"]], "method": "iso_c"}
+    response = client.post("/v1/merges", json=mixed, headers=keys.auth("user"))
+    assert response.status_code == 422 and "different formats" in response.text
+    # Full fine-tunes can be merged, not fine-tuned or transferred (adapters only).
+    tune = {"learnware_id": full[0], **SHOTS}
+    response = client.post("/v1/finetunes", json=tune, headers=keys.auth("user"))
+    assert response.status_code == 422 and "only peft-lora adapters" in response.text
+
+
 @pytest.mark.parametrize(
     ("body", "status", "message"),
     [
-        ({"method": "iso_c", "ids": ["sst2", "onnx"]}, 422, "only peft-lora"),
+        ({"method": "iso_c", "ids": ["sst2", "onnx"]}, 422, "only peft-lora adapters and hf-seqcls"),
         ({"method": "nope", "ids": ["sst2", "spam"]}, 422, "known"),
         ({"method": "ties", "ids": ["sst2", "spam"], "params": {"top_k": 7.0}}, 422, "top_k"),
         ({"method": "ties", "ids": ["sst2", "spam"], "params": {"bogus": 1}}, 422, "bogus"),

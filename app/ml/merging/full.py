@@ -49,6 +49,22 @@ class PrefixedSource:
         return self._source.get(self._prefix + name)
 
 
+class WeightsOnly:
+    """The floating-point tensors of a source: integer buffers a base checkpoint may hold
+    (``position_ids``) are not weights, and transformers does not save them with a fine-tune."""
+
+    def __init__(self, source: TensorSource) -> None:
+        self._source = source
+        names = source.keys()
+        self._names = [n for n in names if source.get(n).is_floating_point()]
+
+    def keys(self) -> list[str]:
+        return list(self._names)
+
+    def get(self, name: str) -> Tensor:
+        return self._source.get(name)
+
+
 class _HeadedSink:
     """Writes the merged encoder under ``prefix`` and, on close, the union head after it."""
 
@@ -155,7 +171,7 @@ def merge_full_learnwares(
                 )
     files = [SafetensorsSource(lw.path / WEIGHTS) for lw in learnwares]
     names, head = union_head(learnwares, files)
-    base_source = SafetensorsSource(base_dir / WEIGHTS)
+    base_source = WeightsOnly(SafetensorsSource(base_dir / WEIGHTS))
     encoders = [PrefixedSource(f, lw.prefix) for f, lw in zip(files, learnwares, strict=True)]
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -208,6 +224,17 @@ def classifier_accuracy(
     return float((predicted == np.asarray(labels)).mean())
 
 
+@dataclass(frozen=True)
+class FullMergeResult:
+    label_names: list[str]
+    seconds: float
+    stats: MergeStats
+    heldout_accuracy: float | None
+    """The merged model's accuracy on the eval shots, among their classes."""
+    first_input_accuracy: float | None
+    """The first input's, used as it is (None when it lacks one of the classes)."""
+
+
 def merge_full_with_eval(
     model_dirs: Sequence[Path],
     label_names: Sequence[Sequence[str]],
@@ -220,18 +247,18 @@ def merge_full_with_eval(
     eval_labels: Sequence[int] = (),
     eval_names: Sequence[str] = (),
     progress: Progress | None = None,
-) -> dict[str, object]:
+) -> FullMergeResult:
     """Merge, then measure the merged model and the first input on the eval shots (if any)."""
     started = time.perf_counter()
     names, stats = merge_full_learnwares(model_dirs, label_names, base, method, params, out_dir, progress)
     seconds = time.perf_counter() - started
     labels = np.asarray(eval_labels, dtype=np.int64)
-    return {
-        "label_names": names,
-        "seconds": seconds,
-        "stats": stats,
-        "heldout_accuracy": classifier_accuracy(out_dir, names, eval_texts, labels, eval_names),
-        "first_input_accuracy": classifier_accuracy(
+    return FullMergeResult(
+        label_names=names,
+        seconds=seconds,
+        stats=stats,
+        heldout_accuracy=classifier_accuracy(out_dir, names, eval_texts, labels, eval_names),
+        first_input_accuracy=classifier_accuracy(
             Path(model_dirs[0]), list(label_names[0]), eval_texts, labels, eval_names
         ),
-    }
+    )

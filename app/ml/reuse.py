@@ -16,40 +16,23 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file
 
+from app.ml.adapters import ADAPTER_CONFIG, ADAPTER_WEIGHTS, read_lora_factors
 from app.ml.encoders import resolve_base
-from app.ml.errors import InvalidInput, InvalidPackage
+from app.ml.errors import InvalidInput
 from app.ml.finetune import LoraClassifier, accuracy
 from app.ml.merging import LoraDelta, merge_lora
 from app.ml.transfer.taskvec import save_lora_adapter
 
 Progress = Callable[[int, int, str], None]
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
 
 def read_lora_adapter(adapter_dir: Path) -> dict[str, LoraDelta]:
     """A peft LoRA adapter as {base weight name: LoraDelta(B, A, scale)}."""
-    adapter_dir = Path(adapter_dir)
-    try:
-        config = json.loads((adapter_dir / "adapter_config.json").read_text())
-        rank, alpha = int(config["r"]), float(config["lora_alpha"])
-    except (OSError, ValueError, KeyError) as exc:
-        raise InvalidPackage(f"{adapter_dir} has no readable adapter_config.json: {exc}") from exc
-    scale = alpha / (rank**0.5) if config.get("use_rslora") else alpha / rank
-    tensors = load_file(str(adapter_dir / ADAPTER_WEIGHTS))
-    out: dict[str, LoraDelta] = {}
-    for key, a in tensors.items():
-        if ".lora_A." not in key:
-            continue
-        module = key.split(".lora_A.")[0].removeprefix("base_model.model.")
-        b = tensors.get(key.replace(".lora_A.", ".lora_B."))
-        if b is None:
-            raise InvalidPackage(f"{adapter_dir}: {key} has no matching lora_B")
-        out[f"{module}.weight"] = LoraDelta(B=b.float(), A=a.float(), scale=scale)
-    if not out:
-        raise InvalidPackage(f"no LoRA factors in {adapter_dir}")
-    return out
+    return {
+        f"{module}.weight": LoraDelta(B=f.B, A=f.A, scale=f.scale)
+        for module, f in read_lora_factors(adapter_dir).items()
+    }
 
 
 def _base_weights(base: str, names: set[str]) -> dict[str, torch.Tensor]:
@@ -232,7 +215,7 @@ def package_lora_adapter(
     """Write an adapter as a ``peft-lora`` learnware package naming its base by alias."""
     from app.ml.packages import Manifest, build_package, inputs_jsonl
 
-    config_path = Path(adapter_dir) / "adapter_config.json"
+    config_path = Path(adapter_dir) / ADAPTER_CONFIG
     config = json.loads(config_path.read_text())
     config["base_model_name_or_path"] = base
     manifest = Manifest.model_validate(
@@ -249,7 +232,7 @@ def package_lora_adapter(
         }
     )
     files: dict[str, Path | bytes] = {
-        "adapter/adapter_config.json": json.dumps(config, indent=2, sort_keys=True).encode(),
+        f"adapter/{ADAPTER_CONFIG}": json.dumps(config, indent=2, sort_keys=True).encode(),
         f"adapter/{ADAPTER_WEIGHTS}": Path(adapter_dir) / ADAPTER_WEIGHTS,
         "inputs.jsonl": inputs_jsonl(inputs),
     }

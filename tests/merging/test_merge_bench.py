@@ -17,12 +17,12 @@ from app.ml.merging.bench import (
     _groups,
     _Steps,
     _tune_on_dev,
-    load_lora_learnware,
     merge_markdown,
     run_merge_benchmark,
     scale_param,
     variants,
 )
+from app.ml.reuse import read_lora_adapter
 
 
 def test_peft_adapter_becomes_factors_with_its_scaling(tmp_path: Path) -> None:
@@ -38,7 +38,7 @@ def test_peft_adapter_becomes_factors_with_its_scaling(tmp_path: Path) -> None:
             if "lora_B" in name:
                 parameter.normal_()
     model.save_pretrained(str(tmp_path))
-    factors = load_lora_learnware(tmp_path)
+    factors = read_lora_adapter(tmp_path)
     merged = model.merge_and_unload().state_dict()
     assert sorted(factors) == sorted(
         f"encoder.layer.{i}.attention.self.{m}.weight" for i in range(2) for m in ("query", "value")

@@ -33,7 +33,7 @@ from typing import TypeVar
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import Tensor
 from tqdm import tqdm
 
@@ -46,6 +46,7 @@ from app.ml.merging.driver import Progress, dense_update, merge_lora
 from app.ml.merging.lowrank import LoraDelta
 from app.ml.merging.measure import measure_in_fresh_process
 from app.ml.merging.registry import METHODS, get_method, merge_delta
+from app.ml.reuse import read_lora_adapter
 
 T = TypeVar("T")
 
@@ -252,25 +253,6 @@ def _train_adapter(
     classifier.save(folder)
     meta_path.write_text(json.dumps(facts))
     return facts
-
-
-def load_lora_learnware(adapter_dir: Path) -> dict[str, LoraDelta]:
-    """A peft LoRA adapter as {base weight name: LoraDelta(B, A, lora_alpha / r)}."""
-    config = json.loads((adapter_dir / "adapter_config.json").read_text())
-    rank = int(config["r"])
-    alpha = float(config["lora_alpha"])
-    scale = alpha / (rank**0.5) if config.get("use_rslora") else alpha / rank
-    tensors = load_file(str(adapter_dir / "adapter_model.safetensors"))
-    out: dict[str, LoraDelta] = {}
-    for key, a in tensors.items():
-        if ".lora_A." not in key:
-            continue
-        module = key.split(".lora_A.")[0].removeprefix("base_model.model.")
-        b = tensors[key.replace(".lora_A.", ".lora_B.")]
-        out[f"{module}.weight"] = LoraDelta(B=b.float(), A=a.float(), scale=scale)
-    if not out:
-        raise InvalidInput(f"no LoRA factors in {adapter_dir}")
-    return out
 
 
 class _Evaluator:
@@ -582,7 +564,7 @@ def _learnwares(
     for name, task in tasks.items():
         folder = adapters_dir / _adapter_key(task, spec, base_sha)
         facts[name] = _train_adapter(task, spec, folder, threads)
-        learnwares[name] = load_lora_learnware(folder)
+        learnwares[name] = read_lora_adapter(folder)
         steps.step(f"learnware {name}")
     return learnwares, facts
 

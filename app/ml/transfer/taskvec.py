@@ -8,7 +8,6 @@ are both role ``q``.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Iterator, Mapping
@@ -18,9 +17,9 @@ from pathlib import Path
 
 import torch
 from peft import LoraConfig
-from peft.utils.other import get_pattern_key
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
+from app.ml.adapters import ADAPTER_WEIGHTS, read_lora_factors
 from app.ml.errors import DockError, InvalidPackage
 
 ROLES = ("q", "k", "v", "o", "ffn_in", "ffn_out")
@@ -58,8 +57,6 @@ MODULE_MAPS: dict[str, dict[str, str]] = {
     "mpnet": _MPNET,
 }
 
-ADAPTER_CONFIG = "adapter_config.json"
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
 Key = tuple[int, str]
 """(layer index, role)"""
@@ -121,50 +118,11 @@ class TaskVector:
         return {module_name(self.model_type, i, r): d for (i, r), d in self.deltas.items()}
 
 
-_LORA_KEY = re.compile(r"^(?P<module>.+)\.lora_(?P<ab>[AB])(?:\.[^.]+)?\.weight$")
-
-
 def load_lora_task_vector(adapter_dir: Path, model_type: str) -> TaskVector:
     """Read a peft LoRA adapter folder and return its dense task vector ΔW = scale·B·A."""
-    adapter_dir = Path(adapter_dir)
-    config_path, weights_path = adapter_dir / ADAPTER_CONFIG, adapter_dir / ADAPTER_WEIGHTS
-    if not config_path.is_file() or not weights_path.is_file():
-        raise InvalidPackage(
-            f"{adapter_dir} is not a peft adapter (needs {ADAPTER_CONFIG} and {ADAPTER_WEIGHTS})"
-        )
-    config = json.loads(config_path.read_text())
-    if config.get("peft_type", "LORA") != "LORA":
-        raise InvalidPackage(f"adapter {adapter_dir} is of type {config.get('peft_type')!r}, not LORA")
-    if config.get("fan_in_fan_out"):
-        raise InvalidPackage(f"adapter {adapter_dir} uses fan_in_fan_out, which only Conv1D layers need")
-    r_default, alpha_default = int(config["r"]), float(config.get("lora_alpha", config["r"]))
-    rank_pattern: dict[str, int] = config.get("rank_pattern") or {}
-    alpha_pattern: dict[str, float] = config.get("alpha_pattern") or {}
-    rslora = bool(config.get("use_rslora", False))
-
-    pairs: dict[str, dict[str, torch.Tensor]] = {}
-    for key, tensor in load_file(str(weights_path)).items():
-        match = _LORA_KEY.match(key)
-        if match is None:
-            raise InvalidPackage(f"adapter {adapter_dir} holds {key!r}, which is not a LoRA A/B weight")
-        pairs.setdefault(match["module"], {})[match["ab"]] = tensor
-    if not pairs:
-        raise InvalidPackage(f"adapter {adapter_dir} holds no LoRA weights")
-
-    deltas: dict[Key, torch.Tensor] = {}
-    max_rank = 0
-    for module, ab in pairs.items():
-        if set(ab) != {"A", "B"}:
-            raise InvalidPackage(f"module {module!r} of adapter {adapter_dir} lacks lora_A or lora_B")
-        a, b = ab["A"].double(), ab["B"].double()
-        r = int(rank_pattern.get(get_pattern_key(list(rank_pattern), module), r_default))
-        alpha = float(alpha_pattern.get(get_pattern_key(list(alpha_pattern), module), alpha_default))
-        if a.shape[0] != r or b.shape[1] != r:
-            raise InvalidPackage(f"module {module!r}: A {tuple(a.shape)}, B {tuple(b.shape)} but rank {r}")
-        scale = alpha / math.sqrt(r) if rslora else alpha / r
-        deltas[parse_module(model_type, module)] = (scale * (b @ a)).float()
-        max_rank = max(max_rank, r)
-    return TaskVector(model_type, deltas, max_rank)
+    factors = read_lora_factors(adapter_dir)
+    deltas = {parse_module(model_type, module): f.dense() for module, f in factors.items()}
+    return TaskVector(model_type, deltas, max(f.rank for f in factors.values()))
 
 
 def lora_factorise(delta: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor, float]:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -200,49 +200,11 @@ def finetune_lora_learnware(
     )
 
 
-def package_lora_adapter(
-    adapter_dir: Path,
-    out_zip: Path,
-    *,
-    name: str,
-    description: str,
-    label_names: list[str],
-    base: str,
-    inputs: Sequence[str],
-    license: str,
-    tags: Sequence[str] = (),
-) -> Path:
-    """Write an adapter as a ``peft-lora`` learnware package naming its base by alias."""
-    from app.ml.packages import Manifest, build_package, inputs_jsonl
-
-    config_path = Path(adapter_dir) / ADAPTER_CONFIG
-    config = json.loads(config_path.read_text())
-    config["base_model_name_or_path"] = base
-    manifest = Manifest.model_validate(
-        {
-            "name": name,
-            "description": description,
-            "tags": list(tags),
-            "task_type": "text-classification",
-            "label_names": label_names,
-            "model_format": "peft-lora",
-            "base_model": base,
-            "license": license,
-            "inputs": "inputs.jsonl",
-        }
-    )
-    files: dict[str, Path | bytes] = {
-        f"adapter/{ADAPTER_CONFIG}": json.dumps(config, indent=2, sort_keys=True).encode(),
-        f"adapter/{ADAPTER_WEIGHTS}": Path(adapter_dir) / ADAPTER_WEIGHTS,
-        "inputs.jsonl": inputs_jsonl(inputs),
-    }
-    return build_package(out_zip, manifest, files)
-
-
-def package_model_dir(
+def package_model(
     model_dir: Path,
     out_zip: Path,
     *,
+    model_format: Literal["peft-lora", "hf-seqcls"],
     name: str,
     description: str,
     label_names: list[str],
@@ -251,7 +213,8 @@ def package_model_dir(
     license: str,
     tags: Sequence[str] = (),
 ) -> Path:
-    """Write a transformers sequence-classification directory as an ``hf-seqcls`` learnware package."""
+    """Write a reuse job's model as a learnware package naming its base by alias: an adapter
+    folder (``peft-lora``) or a transformers sequence-classification directory (``hf-seqcls``)."""
     from app.ml.packages import Manifest, build_package, files_under, inputs_jsonl
 
     manifest = Manifest.model_validate(
@@ -261,14 +224,20 @@ def package_model_dir(
             "tags": list(tags),
             "task_type": "text-classification",
             "label_names": label_names,
-            "model_format": "hf-seqcls",
+            "model_format": model_format,
             "base_model": base,
             "license": license,
             "inputs": "inputs.jsonl",
         }
     )
-    files: dict[str, Path | bytes] = {
-        **files_under(Path(model_dir), "model"),
-        "inputs.jsonl": inputs_jsonl(inputs),
-    }
-    return build_package(out_zip, manifest, files)
+    files: dict[str, Path | bytes]
+    if model_format == "peft-lora":
+        config = json.loads((Path(model_dir) / ADAPTER_CONFIG).read_text())
+        config["base_model_name_or_path"] = base
+        files = {
+            f"adapter/{ADAPTER_CONFIG}": json.dumps(config, indent=2, sort_keys=True).encode(),
+            f"adapter/{ADAPTER_WEIGHTS}": Path(model_dir) / ADAPTER_WEIGHTS,
+        }
+    else:
+        files = dict(files_under(Path(model_dir), "model"))
+    return build_package(out_zip, manifest, {**files, "inputs.jsonl": inputs_jsonl(inputs)})

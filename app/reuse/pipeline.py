@@ -105,7 +105,7 @@ def _register(
 
 def merge(ctx: JobContext) -> None:
     """Merge the LoRA learnwares and register the merged adapter."""
-    from app.ml.reuse import HeldOut, merge_lora_learnwares, package_lora_adapter
+    from app.ml.reuse import HeldOut, merge_lora_learnwares, package_model
 
     params = _params(ctx)
     with _scratch(ctx) as scratch:
@@ -132,9 +132,10 @@ def merge(ctx: JobContext) -> None:
             f"merged {len(inputs)} adapters with {params['method']} in {result.seconds:.1f} s (rank {result.details['rank']})"
         )
         ctx.progress(0.85, "packaging the merged learnware", force=True)
-        zip_path = package_lora_adapter(
+        zip_path = package_model(
             result.adapter_dir,
             scratch / "merged.zip",
+            model_format="peft-lora",
             name=params["name"],
             description=f"{params['method']} merge of learnwares {params['learnware_ids']}",
             label_names=list(params["label_names"]),
@@ -161,7 +162,7 @@ def merge(ctx: JobContext) -> None:
 def _merge_full(ctx: JobContext, params: dict[str, Any], scratch: Path, inputs: list[_Input]) -> None:
     """Merge full fine-tunes (sequence classifiers of one base) and register the merged model."""
     from app.ml.merging.full import merge_full_with_eval
-    from app.ml.reuse import package_model_dir
+    from app.ml.reuse import package_model
 
     shots = params.get("eval") or {}
     result = merge_full_with_eval(
@@ -182,9 +183,10 @@ def _merge_full(ctx: JobContext, params: dict[str, Any], scratch: Path, inputs: 
         f"({stats.merged} tensors merged, {stats.averaged} averaged, {stats.unchanged} unchanged)"
     )
     ctx.progress(0.85, "packaging the merged learnware", force=True)
-    zip_path = package_model_dir(
+    zip_path = package_model(
         scratch / "merged",
         scratch / "merged.zip",
+        model_format="hf-seqcls",
         name=params["name"],
         description=f"{params['method']} merge of the full fine-tunes {params['learnware_ids']}",
         label_names=result.label_names,
@@ -210,7 +212,7 @@ def _merge_full(ctx: JobContext, params: dict[str, Any], scratch: Path, inputs: 
 
 def finetune(ctx: JobContext) -> None:
     """Fine-tune a LoRA learnware on the user's shots (PAVE♦) and register the result."""
-    from app.ml.reuse import finetune_lora_learnware, package_lora_adapter
+    from app.ml.reuse import finetune_lora_learnware, package_model
 
     params = _params(ctx)
     with _scratch(ctx) as scratch:
@@ -232,9 +234,10 @@ def finetune(ctx: JobContext) -> None:
             f"fine-tuned on {result.details['n_train']} shots in {result.seconds:.1f} s; held-out accuracy "
             f"{result.baseline_accuracy} as it was, {result.heldout_accuracy} fine-tuned"
         )
-        zip_path = package_lora_adapter(
+        zip_path = package_model(
             result.adapter_dir,
             scratch / "tuned.zip",
+            model_format="peft-lora",
             name=params["name"],
             description=f"learnware {source.id} fine-tuned on {result.details['n_train']} shots",
             label_names=list(params["label_names"]),
@@ -258,7 +261,7 @@ def finetune(ctx: JobContext) -> None:
 
 def transfer(ctx: JobContext) -> None:
     """Move a LoRA learnware onto the target base and register the transferred adapter."""
-    from app.ml.reuse import package_lora_adapter
+    from app.ml.reuse import package_model
     from app.ml.transfer import transfer_learnware
 
     params = _params(ctx)
@@ -280,9 +283,10 @@ def transfer(ctx: JobContext) -> None:
         ctx.log(
             f"transferred with {params['method']} in {result.seconds:.1f} s on {result.n_calibration} inputs"
         )
-        zip_path = package_lora_adapter(
+        zip_path = package_model(
             out,
             scratch / "transferred.zip",
+            model_format="peft-lora",
             name=params["name"],
             description=f"learnware {source.id} moved from {params['source_base']} to {params['target_base']} "
             f"with {params['method']}",

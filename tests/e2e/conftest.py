@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -222,3 +223,36 @@ def minilm_packages(datasets_dir: Path, package_dir: Path) -> dict[str, Path]:
         "trec": cached(package_dir / "trec-linear.zip", linear("trec")),
         "sst2": cached(package_dir / "sst2-lora.zip", lora("sst2")),
     }
+
+
+def pavedock(env: dict[str, str], *args: str) -> str:
+    """Run the CLI as a user would; its stdout (fails the test on a non-zero exit)."""
+    result = subprocess.run(
+        [PYTHON, "-m", "app.cli.main", *args], env=env, cwd=ROOT, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+@dataclass
+class EmbeddedDock:
+    """``pavedock serve`` (API, worker, SQLite, filesystem broker) under one data folder."""
+
+    url: str
+    env: dict[str, str]
+    serve_args: list[str]
+    serve: Proc
+    ready: dict[str, object]
+
+    def key(self, role: str) -> str:
+        return pavedock(self.env, "keys", "create", "--role", role).strip().splitlines()[-1]
+
+
+def start_embedded(processes: Processes, tmp_path: Path, data_dir: Path | None = None) -> EmbeddedDock:
+    port = free_port()
+    env = {**os.environ, **TEST_ENV, "PAVEDOCK_DATA_DIR": str(data_dir or tmp_path / "var"),
+           "PAVEDOCK_DATABASE_URL": "", "PAVEDOCK_BROKER_URL": ""}  # fmt: skip
+    args = [PYTHON, "-m", "app.cli.main", "serve", "--port", str(port)]
+    serve = processes.start(Proc("serve", args, env, tmp_path / "serve.log"))
+    url = f"http://127.0.0.1:{port}"
+    return EmbeddedDock(url, env, args, serve, wait_ready(url, serve))

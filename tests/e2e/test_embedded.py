@@ -4,47 +4,25 @@ broker, its own worker), keys from ``pavedock keys create``, then a restart."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from app.client import DockClient
 from app.ml.data import few_shot, load_task
-from tests.e2e.conftest import PYTHON, ROOT, TEST_ENV, Proc, Processes, free_port, wait_ready
+from tests.e2e.conftest import Proc, Processes, pavedock, start_embedded, wait_ready
 
 pytestmark = pytest.mark.e2e
-
-
-def pavedock(env: dict[str, str], *args: str) -> str:
-    result = subprocess.run(
-        [PYTHON, "-m", "app.cli.main", *args], env=env, cwd=ROOT, capture_output=True, text=True
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout
 
 
 def test_serve_runs_the_dock_on_one_machine(
     processes: Processes, tfidf_packages: dict[str, Path], datasets_dir: Path, tmp_path: Path
 ) -> None:
-    data = tmp_path / "var"
-    port = free_port()
-    env = {
-        **os.environ,
-        **TEST_ENV,
-        "PAVEDOCK_DATA_DIR": str(data),
-        "PAVEDOCK_DATABASE_URL": "",
-        "PAVEDOCK_BROKER_URL": "",
-    }
-    serve_args = [PYTHON, "-m", "app.cli.main", "serve", "--port", str(port)]
-    serve = processes.start(Proc("serve", serve_args, env, tmp_path / "serve.log"))
-    url = f"http://127.0.0.1:{port}"
-    ready = wait_ready(url, serve)
-    assert ready["checks"]["broker"]["transport"] == "filesystem"  # type: ignore[index]
-    assert (data / "dock.sqlite").is_file()
-    developer = pavedock(env, "keys", "create", "--role", "developer").strip().splitlines()[-1]
-    user = pavedock(env, "keys", "create", "--role", "user").strip().splitlines()[-1]
+    dock = start_embedded(processes, tmp_path)
+    url, env, serve = dock.url, dock.env, dock.serve
+    assert dock.ready["checks"]["broker"]["transport"] == "filesystem"  # type: ignore[index]
+    assert (tmp_path / "var" / "dock.sqlite").is_file()
+    developer, user = dock.key("developer"), dock.key("user")
 
     # The command line on the client: submit and follow a job, post a task computed locally.
     submitted = pavedock(env, "submit", str(tfidf_packages["trec"]), "--url", url, "--key", developer)
@@ -79,7 +57,7 @@ def test_serve_runs_the_dock_on_one_machine(
 
     # A restart of the whole embedded dock keeps the market and the index.
     serve.stop()
-    serve = processes.start(Proc("serve", serve_args, env, tmp_path / "serve-2.log"))
+    serve = processes.start(Proc("serve", dock.serve_args, env, tmp_path / "serve-2.log"))
     index = wait_ready(url, serve)["checks"]["index"]  # type: ignore[index]
     assert index["size"] == 2 and index["source"] == "file"
     with DockClient(url, user) as client:

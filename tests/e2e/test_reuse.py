@@ -5,7 +5,6 @@ and its top adapter fine-tuned and top two merged into private learnwares only t
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -13,8 +12,7 @@ import pytest
 from app.client import DockAPIError, DockClient
 from app.ml.data import few_shot, load_task
 from app.reuse.schemas import MergeCreate, Shots, TaskReuseCreate
-from tests.e2e.conftest import PYTHON, TEST_ENV, Proc, Processes, free_port, wait_ready
-from tests.e2e.test_embedded import pavedock
+from tests.e2e.conftest import Processes, start_embedded
 
 pytestmark = pytest.mark.e2e
 
@@ -26,18 +24,10 @@ def test_merge_and_finetune_jobs_register_new_learnwares(
     datasets_dir: Path,
     tmp_path: Path,
 ) -> None:
-    env = {**os.environ, **TEST_ENV, "PAVEDOCK_DATA_DIR": str(tmp_path / "var"), "PAVEDOCK_DATABASE_URL": "",
-           "PAVEDOCK_BROKER_URL": ""}  # fmt: skip
-    port = free_port()
-    serve = processes.start(
-        Proc("serve", [PYTHON, "-m", "app.cli.main", "serve", "--port", str(port)], env,
-             tmp_path / "serve.log")
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    wait_ready(url, serve)
-    developer = pavedock(env, "keys", "create", "--role", "developer").strip().splitlines()[-1]
-    user = pavedock(env, "keys", "create", "--role", "user").strip().splitlines()[-1]
-    other = pavedock(env, "keys", "create", "--role", "user").strip().splitlines()[-1]
+    dock = start_embedded(processes, tmp_path)
+    url, serve = dock.url, dock.serve
+    developer, user = dock.key("developer"), dock.key("user")
+    other = dock.key("user")
 
     ids: dict[str, int] = {}
     packages = {**lora_packages, **{f"{name}-full": zip_path for name, zip_path in linear_packages.items()}}

@@ -18,8 +18,7 @@ from app.ml.data import few_shot, load_task
 from app.ml.errors import UnknownBase
 from app.ml.transfer.mpnet import MPNET_ALIAS, default_data_dir, mpnet_path
 from app.reuse.schemas import TransferCreate
-from tests.e2e.conftest import PYTHON, TEST_ENV, Proc, Processes, free_port, wait_ready
-from tests.e2e.test_embedded import pavedock
+from tests.e2e.conftest import Processes, start_embedded
 
 pytestmark = [
     pytest.mark.e2e,
@@ -41,17 +40,9 @@ def test_a_learnware_moves_onto_mpnet_and_is_identified(
     data_dir = tmp_path / "var"
     (data_dir / "bases").mkdir(parents=True)
     (data_dir / "bases" / MPNET_ALIAS).symlink_to(installed, target_is_directory=True)
-    env = {**os.environ, **TEST_ENV, "PAVEDOCK_DATA_DIR": str(data_dir), "PAVEDOCK_DATABASE_URL": "",
-           "PAVEDOCK_BROKER_URL": ""}  # fmt: skip
-    port = free_port()
-    serve = processes.start(
-        Proc("serve", [PYTHON, "-m", "app.cli.main", "serve", "--port", str(port)], env,
-             tmp_path / "serve.log")
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    wait_ready(url, serve)
-    developer = pavedock(env, "keys", "create", "--role", "developer").strip().splitlines()[-1]
-    user = pavedock(env, "keys", "create", "--role", "user").strip().splitlines()[-1]
+    dock = start_embedded(processes, tmp_path, data_dir)
+    url, serve = dock.url, dock.serve
+    developer, user = dock.key("developer"), dock.key("user")
 
     with DockClient(url, developer) as dev:
         ids = {}

@@ -16,7 +16,7 @@ from app.ml.reuse import (
     HeldOut,
     finetune_lora_learnware,
     merge_lora_learnwares,
-    package_lora_adapter,
+    package_model,
     read_lora_adapter,
     split_shots,
 )
@@ -93,9 +93,10 @@ def test_finetune_learns_the_shots_and_packages(base: str, adapters: list[Path],
     assert result.heldout_accuracy is not None and result.baseline_accuracy is not None
     # adapters[1] learned the flipped labels; fine-tuning on the true ones must help.
     assert result.heldout_accuracy > result.baseline_accuracy
-    zip_path = package_lora_adapter(
+    zip_path = package_model(
         result.adapter_dir,
         tmp_path / "tuned.zip",
+        model_format="peft-lora",
         name="tuned",
         description="test",
         label_names=NAMES,

@@ -2,24 +2,34 @@
 
 from __future__ import annotations
 
-import time
+import subprocess
+import sys
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
 
-from app.ml.merging.measure import measure_in_fresh_process, peak_memory
+from app.ml.merging.measure import measure_in_fresh_process
+
+PROBE = """
+import time, torch
+from app.ml.merging.measure import peak_memory
+with peak_memory() as memory:
+    block = torch.ones(64 * 2**20 // 4)
+    block += 1
+    time.sleep(0.1)
+    del block
+print(memory["growth"])
+"""
 
 
 def test_peak_memory_sees_an_allocation() -> None:
-    # 64 MiB is above glibc's largest mmap threshold (32 MiB), so the block is fresh pages rather
-    # than memory an earlier test freed; the sleep lets the sampler thread run while it lives.
-    with peak_memory() as memory:
-        block = torch.ones(64 * 2**20 // 4)
-        block += 1
-        time.sleep(0.1)
-        del block
-    assert memory["growth"] >= 48 * 2**20
+    # In a fresh interpreter, as the benchmark measures: in this long-lived test process the
+    # allocator may serve the block from memory earlier tests freed, and RSS would not move.
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert int(out.stdout.strip().splitlines()[-1]) >= 60 * 2**20
 
 
 def test_a_merge_is_measured_in_a_fresh_process(tmp_path: Path) -> None:

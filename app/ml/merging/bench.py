@@ -441,13 +441,13 @@ class _Steps:
         if self._bar is not None:
             self._bar.total = self.total
 
-    def step(self, message: str) -> None:
-        self.done += 1
+    def step(self, message: str, count: int = 1) -> None:
+        self.done += count
         if self._progress is not None:
             self._progress(self.done, self.total, message)
         if self._bar is not None:
             self._bar.set_postfix_str(message, refresh=False)
-            self._bar.update(1)
+            self._bar.update(count)
 
     def __enter__(self) -> _Steps:
         return self
@@ -501,7 +501,9 @@ def run_merge_benchmark(
         stage_seconds["individual"] = time.perf_counter() - stage
 
         stage = time.perf_counter()
-        runs = _merge_and_evaluate(evaluator, tasks, per_task, learnwares, groups, spec, steps)
+        runs = _merge_and_evaluate(
+            evaluator, tasks, per_task, learnwares, groups, spec, steps, cache / "runs"
+        )
         stage_seconds["merge_and_evaluate"] = time.perf_counter() - stage
 
         largest = groups[max(groups)][0]
@@ -596,6 +598,18 @@ def _own_accuracies(
     return per_task
 
 
+def _run_cache_file(
+    cache: Path | None, spec: MergeBenchProfile, group: Sequence[str], key: str, method: str
+) -> Path | None:
+    """Where one (group, variant) run is kept: named by everything that decides its result."""
+    if cache is None:
+        return None
+    decided = {k: v for k, v in asdict(spec).items() if k not in ("name", "tasks", "grids", "timing_repeats")}
+    decided.update(grid=spec.grids[method], group=list(group), variant=key)
+    digest = hashlib.sha256(json.dumps(decided, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return cache / f"{key}-{'-'.join(group)}-{digest}.json"
+
+
 def _merge_and_evaluate(
     evaluator: _Evaluator,
     tasks: Mapping[str, _Task],
@@ -604,13 +618,23 @@ def _merge_and_evaluate(
     groups: Mapping[int, list[tuple[str, ...]]],
     spec: MergeBenchProfile,
     steps: _Steps,
+    cache: Path | None = None,
 ) -> list[dict[str, object]]:
-    """Every variant on every group: λ/α chosen on dev, then test accuracy at that choice."""
+    """Every variant on every group: λ/α chosen on dev, then test accuracy at that choice.
+
+    With ``cache``, each finished (group, variant) run is kept, so an interrupted benchmark
+    resumes where it stopped (runs are deterministic given the profile).
+    """
     runs: list[dict[str, object]] = []
     for size, group_list in groups.items():
         for group in group_list:
             members = [learnwares[name] for name in group]
             for key, method, pact in variants():
+                kept = _run_cache_file(cache, spec, group, key, method)
+                if kept is not None and kept.is_file():
+                    runs.append(json.loads(kept.read_text()))
+                    steps.step(f"{key} ×{size} (cached)", len(spec.grids[method]) + 1)
+                    continue
                 score = partial(_dev_score, evaluator, tasks, per_task, spec, members, group, method, pact)
                 best_scale, curve, best_updates = _tune_on_dev(
                     score,
@@ -636,6 +660,11 @@ def _merge_and_evaluate(
                         },
                     }
                 )
+                if kept is not None:
+                    kept.parent.mkdir(parents=True, exist_ok=True)
+                    partial_file = kept.with_suffix(".partial")
+                    partial_file.write_text(json.dumps(runs[-1]))
+                    partial_file.replace(kept)
                 steps.step(f"{key} ×{size} test")
     evaluator.set_updates({})
     return runs

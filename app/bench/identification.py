@@ -37,7 +37,7 @@ from tqdm import tqdm
 
 from app.bench.report import machine, md_table, percentile, write_json
 from app.ml.data import TextTask, few_shot, load_task, text_task_names
-from app.ml.identify import Match, rank_specs
+from app.ml.identify import Match, label_compatible_first, rank_specs
 from app.ml.packages import LearnwarePackage
 from app.ml.pave import fit_pave_spec
 from app.ml.spec_space import FitRecipe, SpecSpace, load_space
@@ -385,10 +385,12 @@ def run_identification_benchmark(
     per_user: list[dict[str, Any]] = []
     by_method: dict[str, list[dict[str, float]]] = {
         "pave": [],
+        "pave_labels": [],
         "pave_club": [],
         "rkme": [],
         "pave_renamed": [],
     }
+    names_of = {lw.id: lw.label_names for lw in lws}
     spec_seconds: list[float] = []
     search_seconds: list[float] = []
     for task, seed, shots in tqdm(list(_users(market, profile.seeds)), desc="users: identify"):
@@ -402,6 +404,7 @@ def run_identification_benchmark(
         renamed = fit_pave_spec(space, shots.texts, shots.labels, renamed_names, kind="task")
         rankings = {
             "pave": pave_ranking,
+            "pave_labels": label_compatible_first(pave_ranking, names_of, shots.label_names),
             "pave_club": rank_specs(user.vector, club_specs),
             "rkme": rkme_rank(shots.texts),
             "pave_renamed": rank_specs(renamed.vector, pave_specs),
@@ -622,7 +625,7 @@ def _per_task(per_user: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
         rows = [r for r in per_user if r["task"] == task]
         tasks[task] = {
             f"{method}_{key}": float(np.mean([r[method][key] for r in rows]))
-            for method in ("pave", "pave_club", "rkme", "pave_renamed")
+            for method in ("pave", "pave_labels", "pave_club", "rkme", "pave_renamed")
             for key in ("oracle_agreement_at1", "normalized_accuracy", "quality_filter", "hit_at1")
         }
     return tasks
@@ -653,6 +656,7 @@ def render_markdown(result: dict[str, Any]) -> str:
                 ]
                 for name, p in (
                     ("PAVE", ""),
+                    ("PAVE, learnwares of the user's label set first", "pave_labels_"),
                     ("PAVE, user renames the labels", "pave_renamed_"),
                     ("PAVE♣ (true labels)", "pave_club_"),
                     ("RKME", "rkme_"),

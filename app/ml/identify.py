@@ -7,6 +7,7 @@ product, so the score is the cosine. Ids are the caller's (the dock uses databas
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,3 +119,17 @@ def rank_specs(query: np.ndarray, specs: dict[int, np.ndarray], k: int | None = 
     ids = list(specs)
     index.add(ids, np.stack([specs[i] for i in ids]))
     return index.search(query, k or len(ids))
+
+
+def label_compatible_first(
+    matches: list[Match], label_names: Mapping[int, Sequence[str]], user_names: Sequence[str]
+) -> list[Match]:
+    """Re-rank: learnwares whose label set is the user's (names compared case-insensitively)
+    first, each part in its cosine order. A learnware of another label set cannot answer the
+    user's question as it is, however close its spec."""
+    wanted = {name.strip().casefold() for name in user_names}
+
+    def speaks(match: Match) -> bool:
+        return {name.strip().casefold() for name in label_names.get(match.id, ())} == wanted
+
+    return [m for m in matches if speaks(m)] + [m for m in matches if not speaks(m)]

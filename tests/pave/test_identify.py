@@ -55,3 +55,14 @@ def test_refuses_other_spaces_shapes_and_nan() -> None:
 def test_rank_specs_small_sets() -> None:
     specs = {1: np.array([1.0, 0, 0]), 2: np.array([0, 1.0, 0]), 3: np.array([1.0, 1.0, 0])}
     assert [m.id for m in rank_specs(np.array([1.0, 0.1, 0]), specs)] == [1, 3, 2]
+
+
+def test_learnwares_of_the_users_label_set_come_first_in_cosine_order() -> None:
+    from app.ml.identify import Match, label_compatible_first
+
+    ranking = [Match(1, 0.9), Match(2, 0.8), Match(3, 0.7), Match(4, 0.6)]
+    names = {1: ["negative", "positive"], 2: ["Ham", "spam "], 3: ["spam", "ham"], 4: ["ham", "spam", "x"]}
+    reranked = label_compatible_first(ranking, names, ["ham", "spam"])
+    assert [m.id for m in reranked] == [2, 3, 1, 4]
+    # Nobody speaks the user's labels: the cosine order stands.
+    assert label_compatible_first(ranking, names, ["a", "b"]) == ranking

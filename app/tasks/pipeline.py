@@ -74,7 +74,7 @@ def identify(ctx: JobContext) -> None:
 def _rank_and_finish(ctx: JobContext, session: Session, task: UserTask, vector: np.ndarray) -> None:
     """Rank and record, in the caller's transaction (no ``ctx.progress`` here: it writes through
     another connection, which SQLite would block behind this transaction's write lock)."""
-    results, version = rank(session, ctx.runtime, task.space_id, vector, task.top_k)
+    results, version = rank(session, ctx.runtime, task.space_id, vector, task.top_k, task.label_names)
     task.results = results
     task.index_version = version
     task.status = TaskStatus.ready

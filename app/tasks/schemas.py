@@ -32,6 +32,9 @@ class MatchRead(BaseModel):
     task_type: str
     model_format: str
     label_names: list[str]
+    labels_match: bool = Field(
+        default=False, description="its label set is the task's (such learnwares are ranked first)"
+    )
     tags: list[str]
 
 

@@ -18,6 +18,7 @@ from app.learnwares.service import spec_row
 from app.ml.encoders import check_texts
 from app.ml.errors import InvalidInput
 from app.ml.head import check_label_names
+from app.ml.identify import label_compatible_first
 from app.runtime import Runtime
 from app.spec_spaces import service as spaces
 from app.tasks import repository
@@ -128,16 +129,28 @@ def get_owned(session: Session, key: ApiKey, task_id: int) -> UserTask:
 
 
 def rank(
-    session: Session, runtime: Runtime, space_id: str, vector: np.ndarray, k: int
+    session: Session,
+    runtime: Runtime,
+    space_id: str,
+    vector: np.ndarray,
+    k: int,
+    label_names: Sequence[str] = (),
 ) -> tuple[list[dict[str, Any]], int]:
-    """The top-``k`` ready learnwares for a spec, best first, and the index version searched."""
-    found, version = runtime.indexes.search(space_id, vector, k)
+    """The top-``k`` ready learnwares for a spec, best first, and the index version searched.
+
+    With the task's ``label_names``, learnwares of that label set come first (each part in cosine
+    order; searched among the top 4k): one of another label set cannot answer the task as it is.
+    """
+    found, version = runtime.indexes.search(space_id, vector, 4 * k if label_names else k)
     rows = learnwares.ready_by_ids(session, [m.id for m in found])
+    found = [m for m in found if m.id in rows]  # deleted after the index was last synced
+    if label_names:
+        names = {m.id: list(rows[m.id].label_names) for m in found}
+        found = label_compatible_first(found, names, label_names)
+    wanted = {n.strip().casefold() for n in label_names}
     results: list[dict[str, Any]] = []
-    for match in found:
-        learnware = rows.get(match.id)
-        if learnware is None:  # deleted after the index was last synced
-            continue
+    for match in found[:k]:
+        learnware = rows[match.id]
         results.append(
             {
                 "rank": len(results) + 1,
@@ -147,6 +160,8 @@ def rank(
                 "task_type": learnware.task_type,
                 "model_format": learnware.model_format,
                 "label_names": list(learnware.label_names),
+                "labels_match": bool(wanted)
+                and {n.strip().casefold() for n in learnware.label_names} == wanted,
                 "tags": list(learnware.tags),
             }
         )

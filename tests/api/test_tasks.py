@@ -120,7 +120,9 @@ def test_a_bad_task_spec_is_refused(
     assert response.json()["error"]["code"] == "incompatible_spec"
 
 
-def add_ready_learnware(runtime: Runtime, owner_id: int, name: str, vector: np.ndarray) -> int:
+def add_ready_learnware(
+    runtime: Runtime, owner_id: int, name: str, vector: np.ndarray, label_names: tuple[str, ...] = ("a", "b")
+) -> int:
     """What the spec stage of the pipeline leaves behind: a ready learnware stamped into the index."""
     with runtime.db.session() as session:
         spec = spec_row(
@@ -137,7 +139,7 @@ def add_ready_learnware(runtime: Runtime, owner_id: int, name: str, vector: np.n
             status=LearnwareStatus.ready,
             name=name,
             task_type="text-classification",
-            label_names=["a", "b"],
+            label_names=list(label_names),
             model_format="onnx",
             license="MIT",
             package_sha256="0" * 64,
@@ -185,3 +187,22 @@ def test_identify_ranks_by_cosine_and_follows_the_database_without_a_restart(
     # A learnware made ready by another process shows up in the next search.
     new_id = add_ready_learnware(runtime, me, "late", query)
     assert identify()["matches"][0]["learnware_id"] == new_id
+
+
+def test_a_tasks_ranking_puts_learnwares_of_its_label_set_first(
+    client: TestClient, keys: Keys, runtime: Runtime, space: tuple[str, int]
+) -> None:
+    from app.tasks.service import rank
+
+    _, dim = space
+    rng = np.random.default_rng(5)
+    me = client.get("/v1/keys/me", headers=keys.auth("developer")).json()["id"]
+    query = rng.standard_normal(dim)
+    closest = add_ready_learnware(runtime, me, "closest", query + 0.1 * rng.standard_normal(dim))
+    speaks = add_ready_learnware(runtime, me, "speaks", query + rng.standard_normal(dim), ("Spam", "ham"))
+    with runtime.db.session() as session:
+        plain, _ = rank(session, runtime, runtime.default_space_id, query, 2)
+        labelled, _ = rank(session, runtime, runtime.default_space_id, query, 2, ["ham", "spam"])
+    assert [r["learnware_id"] for r in plain] == [closest, speaks]
+    assert [r["learnware_id"] for r in labelled] == [speaks, closest]
+    assert [r["labels_match"] for r in labelled] == [True, False] and labelled[0]["rank"] == 1

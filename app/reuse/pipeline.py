@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -105,7 +105,7 @@ def _register(
 
 def merge(ctx: JobContext) -> None:
     """Merge the LoRA learnwares and register the merged adapter."""
-    from app.ml.reuse import HeldOut, merge_lora_learnwares, package_model
+    from app.ml.reuse import HeldOut, merge_lora_learnwares
 
     params = _params(ctx)
     with _scratch(ctx) as scratch:
@@ -131,38 +131,25 @@ def merge(ctx: JobContext) -> None:
         ctx.log(
             f"merged {len(inputs)} adapters with {params['method']} in {result.seconds:.1f} s (rank {result.details['rank']})"
         )
-        ctx.progress(0.85, "packaging the merged learnware", force=True)
-        zip_path = package_model(
-            result.adapter_dir,
-            scratch / "merged.zip",
-            model_format="peft-lora",
-            name=params["name"],
-            description=f"{params['method']} merge of learnwares {params['learnware_ids']}",
-            label_names=list(params["label_names"]),
-            base=params["base"],
-            inputs=_interleave([x.inputs for x in inputs], MAX_DECLARED_INPUTS),
-            license=", ".join(sorted({x.license for x in inputs})),
-            tags=sorted({t for x in inputs for t in x.tags} | {"merged"}),
-        )
-        _register(
+        _register_merge(
             ctx,
-            zip_path,
             params,
+            inputs,
+            result.adapter_dir,
+            "peft-lora",
+            list(params["label_names"]),
             {
-                "method": params["method"],
-                "merge_seconds": round(result.seconds, 3),
                 "rank": result.details["rank"],
+                "merge_seconds": round(result.seconds, 3),
                 "heldout_accuracy": result.heldout_accuracy,
                 "first_input_accuracy": result.baseline_accuracy,
             },
-            f"merged {len(inputs)} learnwares",
         )
 
 
 def _merge_full(ctx: JobContext, params: dict[str, Any], scratch: Path, inputs: list[_Input]) -> None:
     """Merge full fine-tunes (sequence classifiers of one base) and register the merged model."""
     from app.ml.merging.full import merge_full_with_eval
-    from app.ml.reuse import package_model
 
     shots = params.get("eval") or {}
     result = merge_full_with_eval(
@@ -182,32 +169,48 @@ def _merge_full(ctx: JobContext, params: dict[str, Any], scratch: Path, inputs: 
         f"merged {len(inputs)} full fine-tunes with {params['method']} in {result.seconds:.1f} s "
         f"({stats.merged} tensors merged, {stats.averaged} averaged, {stats.unchanged} unchanged)"
     )
+    _register_merge(
+        ctx,
+        params,
+        inputs,
+        scratch / "merged",
+        "hf-seqcls",
+        result.label_names,
+        {
+            "merge_seconds": round(result.seconds, 3),
+            "heldout_accuracy": result.heldout_accuracy,
+            "first_input_accuracy": result.first_input_accuracy,
+        },
+    )
+
+
+def _register_merge(
+    ctx: JobContext,
+    params: dict[str, Any],
+    inputs: list[_Input],
+    model_dir: Path,
+    model_format: Literal["peft-lora", "hf-seqcls"],
+    label_names: list[str],
+    result: dict[str, Any],
+) -> None:
+    """Package a merged model (the inputs' declared inputs, licences and tags) and register it."""
+    from app.ml.reuse import package_model
+
     ctx.progress(0.85, "packaging the merged learnware", force=True)
     zip_path = package_model(
-        scratch / "merged",
-        scratch / "merged.zip",
-        model_format="hf-seqcls",
+        model_dir,
+        model_dir.with_suffix(".zip"),
+        model_format=model_format,
         name=params["name"],
-        description=f"{params['method']} merge of the full fine-tunes {params['learnware_ids']}",
-        label_names=result.label_names,
+        description=f"{params['method']} merge of the {model_format} learnwares {params['learnware_ids']}",
+        label_names=label_names,
         base=params["base"],
         inputs=_interleave([x.inputs for x in inputs], MAX_DECLARED_INPUTS),
         license=", ".join(sorted({x.license for x in inputs})),
         tags=sorted({t for x in inputs for t in x.tags} | {"merged"}),
     )
-    _register(
-        ctx,
-        zip_path,
-        params,
-        {
-            "method": params["method"],
-            "format": "hf-seqcls",
-            "merge_seconds": round(result.seconds, 3),
-            "heldout_accuracy": result.heldout_accuracy,
-            "first_input_accuracy": result.first_input_accuracy,
-        },
-        f"merged {len(inputs)} learnwares",
-    )
+    summary = {"method": params["method"], "format": model_format, **result}
+    _register(ctx, zip_path, params, summary, f"merged {len(inputs)} learnwares")
 
 
 def finetune(ctx: JobContext) -> None:

@@ -210,6 +210,20 @@ def bench_merge(out: Out, profile: Profile = "quick", datasets: Datasets = None,
     typer.echo(json.dumps(result.get("normalized_accuracy", {}), indent=2))
 
 
+@bench_app.command("pact-sweep")
+def bench_pact_sweep(
+    out: Out, profile: Profile = "quick", datasets: Datasets = None, cache: Cache = None
+) -> None:
+    """Iso-C and TSV-M under several PACT settings (layers, K, side) on the merging benchmark's groups."""
+    from app.ml.merging.pact_sweep import run_pact_sweep
+
+    with progress_bar("PACT sweep") as report:
+        result = run_pact_sweep(
+            profile, out, default_datasets_dir(datasets), report, cache_dir=default_cache_dir(cache, "merge")
+        )
+    typer.echo(json.dumps(result["mean_gain"], indent=2))
+
+
 @bench_app.command("transfer")
 def bench_transfer(
     out: Out, profile: Profile = "quick", datasets: Datasets = None, cache: Cache = None

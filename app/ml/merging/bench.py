@@ -619,8 +619,10 @@ def _merge_and_evaluate(
     spec: MergeBenchProfile,
     steps: _Steps,
     cache: Path | None = None,
+    only: Sequence[tuple[str, str, bool]] | None = None,
 ) -> list[dict[str, object]]:
-    """Every variant on every group: λ/α chosen on dev, then test accuracy at that choice.
+    """Every variant (or those in `only`) on every group: λ/α chosen on dev, then test accuracy
+    at that choice.
 
     With ``cache``, each finished (group, variant) run is kept, so an interrupted benchmark
     resumes where it stopped (runs are deterministic given the profile).
@@ -629,7 +631,7 @@ def _merge_and_evaluate(
     for size, group_list in groups.items():
         for group in group_list:
             members = [learnwares[name] for name in group]
-            for key, method, pact in variants():
+            for key, method, pact in variants() if only is None else only:
                 kept = _run_cache_file(cache, spec, group, key, method)
                 if kept is not None and kept.is_file():
                     runs.append(json.loads(kept.read_text()))

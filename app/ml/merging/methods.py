@@ -26,9 +26,18 @@ import torch
 from torch import Tensor
 
 from app.ml.errors import InvalidInput
+from app.ml.merging.linalg import (
+    RANK_RTOL,
+    gram_orientation,
+    gram_spectrum,
+    numerical_rank,
+    polar_map,
+    remove_column_space,
+    svd_top,
+    times,
+)
 
-RANK_RTOL = 1e-4
-"""Singular values at or below this fraction of the largest count as zero."""
+__all__ = ["RANK_RTOL", "numerical_rank"]
 
 Combine = Literal["task_arithmetic", "ties"]
 
@@ -91,11 +100,6 @@ def sum_task_vectors(taus: Sequence[Tensor], name: str = "tensor", matrix: bool 
     return total
 
 
-def numerical_rank(singular_values: Tensor, tol: float) -> int:
-    """How many of the (descending) singular values lie above `tol`."""
-    return int((singular_values > tol).sum().item())
-
-
 POLAR_RTOL = 1e-8
 """Directions of a concatenation below this fraction of its largest singular value are dropped by
 `polar_factor`: identical task vectors (the same learnware twice) give exactly dependent columns."""
@@ -105,8 +109,14 @@ def polar_factor(matrix: Tensor, rtol: float = POLAR_RTOL) -> Tensor:
     """The polar factor P·Qᵀ of `matrix` = P·Σ·Qᵀ: the nearest matrix with orthonormal columns.
 
     Only the directions with σ > rtol·σ_max are kept, so dependent columns (duplicated tasks) give a
-    well-defined partial isometry instead of arbitrary null-space vectors.
+    well-defined partial isometry instead of arbitrary null-space vectors. Tall and wide matrices
+    take the Gram path (`linalg.polar_map`).
     """
+    orientation = gram_orientation(matrix.shape)
+    if orientation == "tall":
+        return times(matrix, polar_map(matrix, rtol))
+    if orientation == "wide":
+        return polar_factor(matrix.T, rtol).T
     left, values, right_h = torch.linalg.svd(matrix, full_matrices=False)
     if values.numel() == 0 or values[0].item() == 0.0:
         return torch.zeros_like(matrix)
@@ -205,12 +215,7 @@ def top_singular_triplets(
 
     Singular values at or below `tol` (default `rtol`·σ_max) count as zero.
     """
-    left, values, right_h = torch.linalg.svd(matrix.to(torch.float64), full_matrices=False)
-    if tol is None:
-        tol = rtol * values[0].item() if values.numel() else 0.0
-    keep = min(k, numerical_rank(values, tol))
-    # Copies, not views: a view would keep the full m×n factor of every task alive.
-    return left[:, :keep].clone(), values[:keep].clone(), right_h[:keep].T.clone()
+    return svd_top(matrix, k, tol, rtol)
 
 
 def combine_orthogonalised(left: Tensor, values: Tensor, right: Tensor, scale: float = 1.0) -> Tensor:
@@ -218,6 +223,10 @@ def combine_orthogonalised(left: Tensor, values: Tensor, right: Tensor, scale: f
     singular vectors (callers pass fresh concatenations, freed here as soon as they are used)."""
     if values.numel() == 0:
         return torch.zeros(left.shape[0], right.shape[0], dtype=torch.float32)
+    if gram_orientation(left.shape) == "tall":
+        # U⊥ = L·W: fold W·diag(S)·V⊥ᵀ into one small matrix and form the m×n product block by block.
+        core = polar_map(left, POLAR_RTOL) @ (values.to(torch.float64)[:, None] * polar_factor(right).T)
+        return times(left, core, torch.float32).mul_(scale)
     scaled_left = polar_factor(left) * values
     del left
     return (scaled_left @ polar_factor(right).T).to(torch.float32).mul_(scale)
@@ -244,7 +253,11 @@ def merge_iso_c(
     taus: Sequence[Tensor], alpha: float, name: str = "tensor", rtol: float = RANK_RTOL
 ) -> Tensor:
     """Iso-C: M = Σ_t τ_t = UΣVᵀ; δ = α·mean(Σ)·U·Vᵀ over M's numerical rank."""
-    total = sum_task_vectors(taus, name, matrix=True).to(torch.float64)
+    total = sum_task_vectors(taus, name, matrix=True)
+    orientation = gram_orientation(total.shape)
+    if orientation is not None:
+        return _iso_c_gram(total if orientation == "tall" else total.T, alpha, rtol, orientation == "wide")
+    total = total.to(torch.float64)
     shape = total.shape
     left, values, right_h = torch.linalg.svd(total, full_matrices=False)
     del total
@@ -253,6 +266,19 @@ def merge_iso_c(
         return torch.zeros(shape, dtype=torch.float32)
     mean = values[:rank].mean().item()
     return (left[:, :rank] @ right_h[:rank]).to(torch.float32).mul_(alpha * mean)
+
+
+def _iso_c_gram(tall: Tensor, alpha: float, rtol: float, transpose: bool) -> Tensor:
+    """Iso-C of a tall sum M through its Gram matrix: α·mean(σ)·U·Vᵀ = M·(α·mean(σ)·V·Σ⁻¹·Vᵀ)."""
+    values, vectors = gram_spectrum(tall)
+    if values.numel() == 0 or values[0].item() == 0.0:
+        out = torch.zeros_like(tall)
+    else:
+        rank = numerical_rank(values, rtol * values[0].item())
+        kept = vectors[:, :rank]
+        core = (kept / values[:rank]) @ kept.T * (alpha * values[:rank].mean().item())
+        out = times(tall, core, torch.float32)
+    return out.T.contiguous() if transpose else out
 
 
 def merge_iso_cts(
@@ -268,25 +294,27 @@ def merge_iso_cts(
     r is the numerical rank of Σ_t τ_t (min(m, n) for full-rank updates); at least one common
     direction is kept, so a rank-1 sum still merges.
     """
-    total = sum_task_vectors(taus, name, matrix=True).to(torch.float64)
-    left, values, right_h = torch.linalg.svd(total, full_matrices=False)
+    total = sum_task_vectors(taus, name, matrix=True)
+    shape = total.shape
+    spectrum = svd_top(total, rtol=rtol)
     del total
-    tol = rtol * values[0].item()
-    rank = numerical_rank(values, tol)
+    rank = spectrum[1].numel()
     if rank == 0:
-        return torch.zeros(left.shape[0], right_h.shape[1], dtype=torch.float32)
+        return torch.zeros(shape, dtype=torch.float32)
+    tol = rtol * spectrum[1][0].item()
     common = max(1, math.floor(common_fraction * rank))
     per_task = (rank - common) // len(taus)
-    common_left = left[:, :common].clone()
-    lefts, kept, rights = [common_left], [values[:common].clone()], [right_h[:common].T.clone()]
-    del left, right_h
+    common_left = spectrum[0][:, :common].clone()
+    lefts, kept, rights = [common_left], [spectrum[1][:common].clone()], [spectrum[2][:, :common].clone()]
+    del spectrum
     if per_task > 0:
         for tau in iter_task_vectors(taus, name, matrix=True):
-            tau64 = tau.to(torch.float64)
+            # float64 where LAPACK decomposes it; float32 block by block on the Gram path.
+            small = gram_orientation(tau.shape) is None
+            residual = remove_column_space(tau.to(torch.float64) if small else tau, common_left)
             del tau
-            residual = tau64 - common_left @ (common_left.T @ tau64)
-            del tau64
             task_left, task_values, task_right = top_singular_triplets(residual, per_task, tol)
+            del residual
             lefts.append(task_left)
             kept.append(task_values)
             rights.append(task_right)

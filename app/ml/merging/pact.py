@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from app.ml.errors import InvalidInput
+from app.ml.merging.linalg import gram_orientation, remove_column_space, remove_row_space, svd_top
 from app.ml.merging.methods import RANK_RTOL, MappedTaskVectors, numerical_rank, tensor_seed
 from app.ml.merging.params import ResolvedParams
 
@@ -92,7 +93,11 @@ def top_singular_subspace(
     matrix: Tensor, k: int, side: Side, svd: SvdMode, seed: int, rtol: float = RANK_RTOL
 ) -> Tensor:
     """Orthonormal columns spanning the top-k right (or left) singular vectors of `matrix`, in float64,
-    capped at its numerical rank. `svd="randomized"` uses `torch.svd_lowrank`, seeded by `seed`."""
+    capped at its numerical rank. `svd="randomized"` uses `torch.svd_lowrank`, seeded by `seed`,
+    except for tall and wide matrices, whose exact Gram-path SVD costs no more and copies nothing."""
+    if gram_orientation(matrix.shape) is not None:
+        left, _, right = svd_top(matrix, k, rtol=rtol)
+        return (left if side == "left" else right).to(torch.float64)
     oriented = matrix.to(torch.float64)
     if side == "left":
         oriented = oriented.T
@@ -134,6 +139,8 @@ def shields(anchor: Tensor, task_subspaces: Sequence[Tensor]) -> list[Tensor]:
 
 def apply_shield(tau: Tensor, shield: Tensor, side: Side) -> Tensor:
     """τ − τ·P·Pᵀ (right) or τ − P·Pᵀ·τ (left), in τ's dtype."""
+    if gram_orientation(tau.shape) is not None:
+        return remove_row_space(tau, shield) if side == "right" else remove_column_space(tau, shield)
     tau64 = tau.to(torch.float64)
     filtered = tau64 - ((tau64 @ shield) @ shield.T if side == "right" else shield @ (shield.T @ tau64))
     return filtered.to(tau.dtype)

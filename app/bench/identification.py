@@ -315,12 +315,27 @@ def _rank_of(matches: list[Match], lw_id: int) -> int:
     return len(matches)
 
 
+def _tie_block(ranking: list[Match], position: int) -> tuple[int, int]:
+    """(start, size) of the run of equal scores around `position`: ties are broken at random
+    within a run. A re-ranked list (label tiers) is not sorted by score, so only neighbours tie."""
+    score = ranking[position].score
+    start = position
+    while start > 0 and abs(ranking[start - 1].score - score) <= 1e-9:
+        start -= 1
+    end = position + 1
+    while end < len(ranking) and abs(ranking[end].score - score) <= 1e-9:
+        end += 1
+    return start, end - start
+
+
 def _user_metrics(market: Market, task: str, ranking: list[Match]) -> dict[str, float]:
-    """Metrics of one ranking. Ties are broken at random (in expectation): identical specs,
-    as RKME or PAVE♣ give a learnware and its corrupted twin, earn no quality by id order."""
+    """Metrics of one ranking, read in its order. Ties are broken at random (in expectation):
+    identical specs, as RKME or PAVE♣ give a learnware and its corrupted twin, earn no quality by
+    id order."""
     own = {lw.corrupted: lw.id for lw in market.learnwares if lw.task == task}
-    score = {m.id: m.score for m in ranking}
-    tied = [m.id for m in ranking if m.score >= ranking[0].score - 1e-9]
+    position = {m.id: i for i, m in enumerate(ranking)}
+    _, top_size = _tie_block(ranking, 0)
+    tied = [m.id for m in ranking[:top_size]]
     test_names = market.tests[task].label_names
     serving = [
         market.accuracy(lw, task)
@@ -329,13 +344,13 @@ def _user_metrics(market: Market, task: str, ranking: list[Match]) -> dict[str, 
     ]
     oracle = max(serving)
     top_accs = [market.accuracy(market.learnwares[i], task) for i in tied]
-    good, bad = score[own[False]], score[own[True]]
-    better_than_good = sum(1 for m in ranking if m.score > good + 1e-9)
-    ties_with_good = sum(1 for m in ranking if abs(m.score - good) <= 1e-9)
+    good_start, good_size = _tie_block(ranking, position[own[False]])
+    good, bad = position[own[False]], position[own[True]]
+    twins_tied = good_start <= bad < good_start + good_size
     return {
         "hit_at1": (1.0 / len(tied)) if own[False] in tied else 0.0,
-        "hit_at5": float(min(1.0, max(0.0, (5 - better_than_good) / ties_with_good))),
-        "quality_filter": 1.0 if good > bad + 1e-9 else (0.5 if abs(good - bad) <= 1e-9 else 0.0),
+        "hit_at5": float(min(1.0, max(0.0, (5 - good_start) / good_size))),
+        "quality_filter": 0.5 if twins_tied else (1.0 if good < bad else 0.0),
         "oracle_agreement_at1": float(np.mean([a >= oracle - 0.01 for a in top_accs])),
         "normalized_accuracy": float(np.mean(top_accs)) / oracle if oracle > 0 else 0.0,
         "top1_accuracy": float(np.mean(top_accs)),
@@ -389,6 +404,7 @@ def run_identification_benchmark(
         "pave_club": [],
         "rkme": [],
         "pave_renamed": [],
+        "pave_renamed_labels": [],
     }
     names_of = {lw.id: lw.label_names for lw in lws}
     spec_seconds: list[float] = []
@@ -408,6 +424,9 @@ def run_identification_benchmark(
             "pave_club": rank_specs(user.vector, club_specs),
             "rkme": rkme_rank(shots.texts),
             "pave_renamed": rank_specs(renamed.vector, pave_specs),
+            "pave_renamed_labels": label_compatible_first(
+                rank_specs(renamed.vector, pave_specs), names_of, renamed_names
+            ),
         }
         row: dict[str, Any] = {"task": task, "seed": seed, "shots": len(shots)}
         for method, ranking in rankings.items():
@@ -625,7 +644,7 @@ def _per_task(per_user: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
         rows = [r for r in per_user if r["task"] == task]
         tasks[task] = {
             f"{method}_{key}": float(np.mean([r[method][key] for r in rows]))
-            for method in ("pave", "pave_labels", "pave_club", "rkme", "pave_renamed")
+            for method in ("pave", "pave_labels", "pave_club", "rkme", "pave_renamed", "pave_renamed_labels")
             for key in ("oracle_agreement_at1", "normalized_accuracy", "quality_filter", "hit_at1")
         }
     return tasks
@@ -656,8 +675,9 @@ def render_markdown(result: dict[str, Any]) -> str:
                 ]
                 for name, p in (
                     ("PAVE", ""),
-                    ("PAVE, learnwares of the user's label set first", "pave_labels_"),
+                    ("PAVE, label tiers (user's label set, then as many classes)", "pave_labels_"),
                     ("PAVE, user renames the labels", "pave_renamed_"),
+                    ("PAVE, user renames the labels, label tiers", "pave_renamed_labels_"),
                     ("PAVE♣ (true labels)", "pave_club_"),
                     ("RKME", "rkme_"),
                 )

@@ -104,4 +104,6 @@ def test_pact_filter_on_the_gram_path_is_orthogonal_to_the_shield() -> None:
     filtered = pact_filter("w", base, taus, config)
     for t, shield in enumerate(pact_shields("w", base, taus, config)):
         assert shield.shape[1] > 0
-        assert float(torch.linalg.norm(filtered[t].double() @ shield)) < 1e-5 * float(torch.linalg.norm(taus[t]))
+        assert float(torch.linalg.norm(filtered[t].double() @ shield)) < 1e-5 * float(
+            torch.linalg.norm(taus[t])
+        )

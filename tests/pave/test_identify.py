@@ -64,5 +64,19 @@ def test_learnwares_of_the_users_label_set_come_first_in_cosine_order() -> None:
     names = {1: ["negative", "positive"], 2: ["Ham", "spam "], 3: ["spam", "ham"], 4: ["ham", "spam", "x"]}
     reranked = label_compatible_first(ranking, names, ["ham", "spam"])
     assert [m.id for m in reranked] == [2, 3, 1, 4]
-    # Nobody speaks the user's labels: the cosine order stands.
+    # Nobody speaks the user's labels: learnwares with as many classes come first, in cosine order.
     assert label_compatible_first(ranking, names, ["a", "b"]) == ranking
+    assert [m.id for m in label_compatible_first(ranking, names, ["a", "b", "c"])] == [4, 1, 2, 3]
+
+
+def test_benchmark_ties_are_runs_of_equal_scores_in_list_order() -> None:
+    """A label-tier re-ranking is not sorted by score: its top-1 ties only with equal neighbours
+    (an earlier bug counted every learnware scoring above the top-1 as tied with it)."""
+    from app.bench.identification import _tie_block
+    from app.ml.identify import Match
+
+    reranked = [Match(1, 0.5), Match(2, 0.9), Match(3, 0.9), Match(4, 0.5)]
+    assert _tie_block(reranked, 0) == (0, 1)
+    assert _tie_block(reranked, 2) == (1, 2)
+    assert _tie_block(reranked, 3) == (3, 1)
+    assert _tie_block([Match(1, 0.7), Match(2, 0.7), Match(3, 0.7)], 1) == (0, 3)

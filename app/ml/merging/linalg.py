@@ -3,7 +3,8 @@
 The SVD methods decompose every weight matrix in float64. For a square matrix that is cheap, but
 a word-embedding matrix is tall (MiniLM's is 30522×384, 54% of the model): a float64 copy, LAPACK's
 workspace and a full m×n U cost several times the float32 matrix, and set the peak memory of a
-whole streaming merge. For M (m×n, m ≥ `TALL_RATIO`·n) this module works with G = MᵀM instead:
+whole streaming merge. For M (m×n, m ≥ `TALL_RATIO`·n, at least `GRAM_MIN_ELEMENTS` entries) this
+module works with G = MᵀM instead:
 
 - G is n×n, accumulated in float64 from row blocks of `CHUNK_ROWS`, so M is never copied whole;
 - eigh(G) gives the right singular vectors V and σ² (descending);
@@ -11,8 +12,8 @@ whole streaming merge. For M (m×n, m ≥ `TALL_RATIO`·n) this module works wit
 
 Squaring M squares its condition number: σ below about √ε·σ_max ≈ 1.5e-8·σ_max cannot be told
 from zero in G. Every caller cuts the spectrum far above that (`RANK_RTOL` = 1e-4 for task
-vectors; `GRAM_POLAR_RTOL` = 1e-6 for the polar factor of stacked singular vectors), so the
-directions kept are exact to float64 rounding. A wide matrix is handled as its transpose.
+vectors; `GRAM_POLAR_RTOL` = 1e-6 for the polar factor of stacked singular vectors), so a kept
+direction is accurate to about ε·(σ_max/σ)² ≤ 1e-8. A wide matrix is handled as its transpose.
 """
 
 from __future__ import annotations

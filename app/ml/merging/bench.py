@@ -25,7 +25,7 @@ import os
 import platform
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -769,6 +769,23 @@ def _streaming_costs(
     return lora, full
 
 
+def size_means(
+    runs: Sequence[Mapping[str, object]], key: str, sizes: Iterable[int], field: str
+) -> dict[str, float]:
+    """{group size: mean over the groups of that size of the mean over a group's tasks of `field`}
+    for the runs of variant `key` (`field`: "normalized_accuracy" or "test_accuracy")."""
+    out: dict[str, float] = {}
+    for size in sizes:
+        per_group = []
+        for run in runs:
+            if run["variant"] == key and run["group_size"] == size:
+                values = run[field]
+                assert isinstance(values, dict)
+                per_group.append(float(np.mean(list(values.values()))))
+        out[str(size)] = float(np.mean(per_group))
+    return out
+
+
 def _summarise(
     spec: MergeBenchProfile,
     groups: Mapping[int, list[tuple[str, ...]]],
@@ -783,19 +800,12 @@ def _summarise(
     absolute: dict[str, dict[str, float]] = {}
     chosen: dict[str, dict[str, list[object]]] = {}
     for key, _, _ in variants():
-        normalized[key], absolute[key], chosen[key] = {}, {}, {}
-        for size in groups:
-            mine = [run for run in runs if run["variant"] == key and run["group_size"] == size]
-            group_norm, group_abs = [], []
-            for run in mine:
-                norm = run["normalized_accuracy"]
-                test = run["test_accuracy"]
-                assert isinstance(norm, dict) and isinstance(test, dict)
-                group_norm.append(float(np.mean(list(norm.values()))))
-                group_abs.append(float(np.mean(list(test.values()))))
-            normalized[key][str(size)] = float(np.mean(group_norm))
-            absolute[key][str(size)] = float(np.mean(group_abs))
-            chosen[key][str(size)] = [run["chosen"] for run in mine]
+        normalized[key] = size_means(runs, key, groups, "normalized_accuracy")
+        absolute[key] = size_means(runs, key, groups, "test_accuracy")
+        chosen[key] = {
+            str(size): [run["chosen"] for run in runs if run["variant"] == key and run["group_size"] == size]
+            for size in groups
+        }
     zero_shot = {
         str(size): float(
             np.mean(

@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from app.ml.errors import InvalidInput
+from app.ml.merging.linalg import gram_spectrum
 from app.ml.merging.methods import RANK_RTOL, numerical_rank, polar_factor
 from app.ml.merging.pact import PactConfig, anchor_subspace, shields
 
@@ -69,13 +70,12 @@ def factor_svd(
     stacked_a = torch.cat([delta.A.to(torch.float64) for delta in deltas], dim=0)
     q_a, r_a = torch.linalg.qr(stacked_a.T)
     core = stacked_b @ r_a.T
-    eigenvalues, vectors = torch.linalg.eigh(core.T @ core)
-    values = eigenvalues.flip(0).clamp_(min=0.0).sqrt_()
+    values, vectors = gram_spectrum(core)
     if values.numel() == 0 or values[0].item() == 0.0:
         rank = 0
     else:
         rank = numerical_rank(values, rtol * values[0].item() if tol is None else tol)
-    kept = vectors.flip(1)[:, :rank]
+    kept = vectors[:, :rank]
     values = values[:rank]
     return (core @ kept) / values, values, q_a @ kept
 

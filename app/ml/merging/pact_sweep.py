@@ -35,6 +35,7 @@ from app.ml.merging.bench import (
     _pin_threads,
     _split_task,
     _Steps,
+    size_means,
 )
 from app.ml.merging.driver import Progress
 
@@ -89,7 +90,8 @@ def run_pact_sweep(
                 evaluator, tasks, per_task, learnwares, groups, variant_spec, steps, cache / "runs", only
             )
             return {
-                method: _by_size(runs, ("pact+" if pact else "") + method, groups) for method in SWEEP_METHODS
+                method: size_means(runs, ("pact+" if pact else "") + method, groups, "normalized_accuracy")
+                for method in SWEEP_METHODS
             }
 
         baseline = run(None)
@@ -120,20 +122,6 @@ def run_pact_sweep(
     out.write_text(json.dumps(result, indent=2))
     out.with_suffix(".md").write_text(pact_sweep_markdown(result))
     return result
-
-
-def _by_size(runs: list[dict[str, object]], key: str, groups: Mapping[int, object]) -> dict[str, float]:
-    """Test normalised accuracy of variant `key` per group size (mean over groups of the task mean)."""
-    out: dict[str, float] = {}
-    for size in groups:
-        per_group = []
-        for run in runs:
-            if run["variant"] == key and run["group_size"] == size:
-                norm = run["normalized_accuracy"]
-                assert isinstance(norm, dict)
-                per_group.append(float(np.mean(list(norm.values()))))
-        out[str(size)] = float(np.mean(per_group))
-    return out
 
 
 def pact_sweep_markdown(result: Mapping[str, object]) -> str:

@@ -457,6 +457,15 @@ class _Steps:
             self._bar.close()
 
 
+def resolve_profile(profile: str, out: Path, cache_dir: Path | None) -> tuple[MergeBenchProfile, Path]:
+    """The named profile and the cache folder (default: `<out's folder>/.cache/merge`)."""
+    if profile not in PROFILES:
+        raise InvalidInput(f"unknown merge benchmark profile {profile!r}; known: {', '.join(PROFILES)}")
+    return PROFILES[profile], Path(cache_dir) if cache_dir is not None else Path(
+        out
+    ).parent / ".cache" / "merge"
+
+
 def run_merge_benchmark(
     profile: str,
     out: Path,
@@ -471,11 +480,8 @@ def run_merge_benchmark(
     torch's CPU threads (the encoder loader otherwise uses every core); one thread per process is
     faster on a host that other jobs oversubscribe.
     """
-    if profile not in PROFILES:
-        raise InvalidInput(f"unknown merge benchmark profile {profile!r}; known: {', '.join(PROFILES)}")
-    spec = PROFILES[profile]
+    spec, cache = resolve_profile(profile, out, cache_dir)
     out = Path(out)
-    cache = Path(cache_dir) if cache_dir is not None else out.parent / ".cache" / "merge"
     started = time.perf_counter()
     groups = _groups(spec)
     grid_steps = sum(len(spec.grids[method]) + 1 for _, method, _ in variants())

@@ -22,10 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from app.ml.encoders import load_encoder
-from app.ml.errors import InvalidInput
 from app.ml.merging.bench import (
     BASE,
-    PROFILES,
     _Evaluator,
     _groups,
     _learnwares,
@@ -35,6 +33,7 @@ from app.ml.merging.bench import (
     _pin_threads,
     _split_task,
     _Steps,
+    resolve_profile,
     size_means,
 )
 from app.ml.merging.driver import Progress
@@ -64,11 +63,8 @@ def run_pact_sweep(
     threads: int | None = None,
 ) -> dict[str, object]:
     """Run the sweep; writes JSON to `out` and a Markdown table beside it (`.md`)."""
-    if profile not in PROFILES:
-        raise InvalidInput(f"unknown merge benchmark profile {profile!r}; known: {', '.join(PROFILES)}")
-    spec = PROFILES[profile]
+    spec, cache = resolve_profile(profile, out, cache_dir)
     out = Path(out)
-    cache = Path(cache_dir) if cache_dir is not None else out.parent / ".cache" / "merge"
     started = time.perf_counter()
     groups = _groups(spec)
     n_groups = sum(len(group_list) for group_list in groups.values())

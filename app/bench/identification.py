@@ -37,7 +37,7 @@ from tqdm import tqdm
 
 from app.bench.report import machine, md_table, percentile, write_json
 from app.ml.data import TextTask, few_shot, load_task, text_task_names
-from app.ml.identify import Match, label_compatible_first, rank_specs
+from app.ml.identify import SHOT_CHECK_K, Match, label_compatible_first, rank_specs, shot_checked
 from app.ml.packages import LearnwarePackage
 from app.ml.pave import fit_pave_spec
 from app.ml.spec_space import FitRecipe, SpecSpace, load_space
@@ -298,6 +298,14 @@ class Market:
 
         return self.cache.number(f"acc-{lw.key}-on-{task}-{self.profile.test_cap}", compute)
 
+    def shot_accuracy(self, lw: Learnware, shots: TextTask) -> float | None:
+        """Accuracy on a user's examples; None when the learnware's label set is not theirs."""
+        mapping = _label_map(lw.label_names, shots.label_names)
+        if mapping is None:
+            return None
+        predicted = self.runner(lw).predict(shots.texts).labels
+        return float(np.mean(mapping[predicted] == shots.labels))
+
     def predictions(self, lw: Learnware) -> np.ndarray:
         """The learnware's probabilities (or labels) on its declared inputs: its h(x)."""
 
@@ -422,6 +430,7 @@ def run_identification_benchmark(
         "rkme": [],
         "pave_renamed": [],
         "pave_renamed_labels": [],
+        "pave_shots": [],
     }
     names_of = {lw.id: lw.label_names for lw in lws}
     spec_seconds: list[float] = []
@@ -435,9 +444,12 @@ def run_identification_benchmark(
         search_seconds.append(time.perf_counter() - t0)
         renamed_names = [RENAMED_LABELS.get(n, f"{n} class") for n in shots.label_names]
         renamed = fit_pave_spec(space, shots.texts, shots.labels, renamed_names, kind="task")
+        tiered = label_compatible_first(pave_ranking, names_of, shots.label_names)
+        checked = {m.id: market.shot_accuracy(lws[m.id], shots) for m in tiered[:SHOT_CHECK_K]}
         rankings = {
             "pave": pave_ranking,
-            "pave_labels": label_compatible_first(pave_ranking, names_of, shots.label_names),
+            "pave_labels": tiered,
+            "pave_shots": shot_checked(tiered, checked),
             "pave_club": rank_specs(user.vector, club_specs),
             "rkme": rkme_rank(shots.texts),
             "pave_renamed": rank_specs(renamed.vector, pave_specs),
@@ -671,7 +683,15 @@ def _per_task(per_user: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
         rows = [r for r in per_user if r["task"] == task]
         tasks[task] = {
             f"{method}_{key}": float(np.mean([r[method][key] for r in rows]))
-            for method in ("pave", "pave_labels", "pave_club", "rkme", "pave_renamed", "pave_renamed_labels")
+            for method in (
+                "pave",
+                "pave_labels",
+                "pave_shots",
+                "pave_club",
+                "rkme",
+                "pave_renamed",
+                "pave_renamed_labels",
+            )
             for key in ("oracle_agreement_at1", "normalized_accuracy", "quality_filter", "hit_at1")
         }
     return tasks
@@ -703,6 +723,7 @@ def render_markdown(result: dict[str, Any]) -> str:
                 for name, p in (
                     ("PAVE", ""),
                     ("PAVE, label tiers (user's label set, then as many classes)", "pave_labels_"),
+                    (f"PAVE, label tiers, top {SHOT_CHECK_K} checked on the user's shots", "pave_shots_"),
                     ("PAVE, user renames the labels", "pave_renamed_"),
                     ("PAVE, user renames the labels, label tiers", "pave_renamed_labels_"),
                     ("PAVE♣ (true labels)", "pave_club_"),

@@ -143,3 +143,27 @@ def label_compatible_first(
 
     tiers = [tier(match) for match in matches]
     return [match for level in range(3) for match, t in zip(matches, tiers, strict=True) if t == level]
+
+
+SHOT_CHECK_K = 5
+"""How many of the top matches the shot check runs on the user's examples."""
+
+
+def shot_checked(
+    matches: list[Match], shot_accuracy: Mapping[int, float | None], k: int = SHOT_CHECK_K
+) -> list[Match]:
+    """Re-rank the first `k` matches by their accuracy on the user's own labelled examples.
+
+    The spec says which learnwares do the user's kind of task; it does not say which of several
+    close ones is best at it (a LoRA learnware of a neighbouring sentiment task may beat the
+    user's own task's linear one). The dock holds the user's examples while it fits the task spec,
+    so it can run the top few candidates on them. `shot_accuracy` maps a learnware id to its
+    accuracy on the examples, None (or absent) where it could not be run or cannot serve the
+    user's labels: those keep their places after the checked ones. Equal accuracies keep the
+    incoming (cosine or label-tier) order, and everything after the first `k` is unchanged.
+    """
+    head, tail = matches[:k], matches[k:]
+    checked = [m for m in head if shot_accuracy.get(m.id) is not None]
+    unchecked = [m for m in head if shot_accuracy.get(m.id) is None]
+    checked.sort(key=lambda m: -float(shot_accuracy[m.id]))  # type: ignore[arg-type]
+    return checked + unchecked + tail

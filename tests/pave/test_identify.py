@@ -80,3 +80,14 @@ def test_benchmark_ties_are_runs_of_equal_scores_in_list_order() -> None:
     assert _tie_block(reranked, 2) == (1, 2)
     assert _tie_block(reranked, 3) == (3, 1)
     assert _tie_block([Match(1, 0.7), Match(2, 0.7), Match(3, 0.7)], 1) == (0, 3)
+
+
+def test_shot_check_reorders_only_the_checked_head_by_accuracy() -> None:
+    from app.ml.identify import Match, shot_checked
+
+    ranking = [Match(i, 1.0 - i / 10) for i in range(1, 8)]
+    accuracy = {1: 0.5, 2: 0.9, 3: None, 4: 0.9, 5: 0.7, 6: 1.0}
+    order = [m.id for m in shot_checked(ranking, accuracy, k=5)]
+    # 2 and 4 tie at 0.9 and keep their cosine order; 3 could not be checked; 6 and 7 lie beyond k.
+    assert order == [2, 4, 5, 1, 3, 6, 7]
+    assert shot_checked(ranking, {}, k=5) == ranking

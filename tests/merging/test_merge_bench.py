@@ -118,3 +118,23 @@ def test_grid_extends_while_the_best_is_on_its_edge() -> None:
         lambda s: (s, {}), (2.0, 4.0), 3, _Steps(2, None), "alpha", (0.0, 10.0)
     )
     assert capped == 8.0 and max(capped_curve) == 8.0, "stops before leaving the declared range"
+
+
+def test_fast_runs_are_timed_until_the_budget_is_spent_and_slow_ones_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from app.ml.merging import bench
+
+    calls: list[int] = []
+
+    def fast() -> int:
+        calls.append(1)
+        return len(calls)
+
+    seconds, last = bench._timed(3, fast)
+    assert last == len(calls) == bench.TIMING_MAX_REPEATS  # microseconds each: the cap stops it
+    assert seconds >= 0.0
+
+    clock = iter([0.0, 2.0])
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: next(clock))
+    assert bench._timed(3, lambda: 7) == (2.0, 7)  # one 2-second run: timed once

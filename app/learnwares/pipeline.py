@@ -47,7 +47,9 @@ def _learnware(session: Session, ctx: JobContext) -> Learnware:
 
 
 @contextmanager
-def _extracted(ctx: JobContext, sha256: str) -> Iterator[LearnwarePackage]:
+def extracted(ctx: JobContext, sha256: str) -> Iterator[LearnwarePackage]:
+    """A stored package fetched and extracted (checked again) into the job's scratch folder,
+    removed when the block ends."""
     settings = ctx.runtime.settings
     settings.scratch_dir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f"job-{ctx.claim.job_id}-", dir=settings.scratch_dir))
@@ -113,7 +115,7 @@ def validate(ctx: JobContext) -> None:
     if snap is None:
         return
     ctx.progress(0.02, "extracting the package", force=True)
-    with _extracted(ctx, snap.package_sha256) as package:
+    with extracted(ctx, snap.package_sha256) as package:
         manifest = package.manifest
         started = time.perf_counter()
         runner = load_runner(package)
@@ -193,7 +195,7 @@ def _fit(ctx: JobContext, snap: _Snapshot) -> tuple[np.ndarray, dict[str, Any]]:
             f"this worker's space is {space.id}, the learnware's is {snap.space_id} (another base?)"
         )
     targets = _load_predictions(ctx, snap.predictions_sha256)
-    with _extracted(ctx, snap.package_sha256) as package:
+    with extracted(ctx, snap.package_sha256) as package:
         texts = package.inputs[: min(ctx.runtime.settings.spec_fit_inputs, len(targets))]
     spec = fit_pave_spec(
         space,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from sqlalchemy.orm import Session
 
@@ -13,6 +15,7 @@ from app.jobs.runner import JobContext
 from app.learnwares.service import spec_row
 from app.ml.errors import IncompatibleSpec, InvalidInput
 from app.tasks.service import rank
+from app.tasks.shot_check import shot_accuracies, with_shot_check
 
 
 def _task(session: Session, ctx: JobContext) -> UserTask:
@@ -48,6 +51,15 @@ def fit_and_identify(ctx: JobContext) -> None:
     )
     ctx.log(f"fitted the task spec on {len(texts)} examples in {spec.meta['seconds']} s")
     ctx.progress(0.85, "ranking learnwares", force=True)
+    check = ctx.runtime.settings.shot_check_k
+    with ctx.runtime.db.session() as session:
+        task = _task(session, ctx)
+        top_k = task.top_k
+        results, version = rank(session, ctx.runtime, space_id, spec.vector, max(top_k, check), label_names)
+    if check > 0 and any(r["labels_match"] for r in results[:check]):
+        accuracy = shot_accuracies(ctx, results, texts, labels, label_names, check)
+        results = with_shot_check(results, accuracy, check)
+        ctx.log(f"shot check: {sum(a is not None for a in accuracy.values())} matches run on the examples")
     with ctx.runtime.db.session() as session:
         task = _task(session, ctx)
         row = spec_row(space_id, spec.vector, kind=SpecKind.task, source=SpecSource.computed, meta=spec.meta)
@@ -56,7 +68,7 @@ def fit_and_identify(ctx: JobContext) -> None:
         task.spec_id = row.id
         if not ctx.runtime.settings.keep_task_examples:
             task.examples = None
-        _rank_and_finish(ctx, session, task, spec.vector)
+        _finish(ctx, session, task, results[:top_k], version)
 
 
 def identify(ctx: JobContext) -> None:
@@ -68,13 +80,16 @@ def identify(ctx: JobContext) -> None:
         if spec is None:
             raise IncompatibleSpec(f"task {task.id} has no spec")
         task.status = TaskStatus.running
-        _rank_and_finish(ctx, session, task, vector_from_bytes(spec.vector, spec.dim))
+        vector = vector_from_bytes(spec.vector, spec.dim)
+        results, version = rank(session, ctx.runtime, task.space_id, vector, task.top_k, task.label_names)
+        _finish(ctx, session, task, results, version)
 
 
-def _rank_and_finish(ctx: JobContext, session: Session, task: UserTask, vector: np.ndarray) -> None:
-    """Rank and record, in the caller's transaction (no ``ctx.progress`` here: it writes through
+def _finish(
+    ctx: JobContext, session: Session, task: UserTask, results: list[dict[str, Any]], version: int
+) -> None:
+    """Record the ranking, in the caller's transaction (no ``ctx.progress`` here: it writes through
     another connection, which SQLite would block behind this transaction's write lock)."""
-    results, version = rank(session, ctx.runtime, task.space_id, vector, task.top_k, task.label_names)
     task.results = results
     task.index_version = version
     task.status = TaskStatus.ready

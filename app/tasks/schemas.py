@@ -35,6 +35,11 @@ class MatchRead(BaseModel):
     labels_match: bool = Field(
         default=False, description="its label set is the task's (such learnwares are ranked first)"
     )
+    shot_accuracy: float | None = Field(
+        default=None,
+        description="its accuracy on the task's own examples, where the shot check ran it (the "
+        "checked matches are ranked by it); None where it was not run",
+    )
     tags: list[str]
 
 

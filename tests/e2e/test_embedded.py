@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from app.client import DockClient
 from app.ml.data import few_shot, load_task
+from app.ml.packages import extract_package
+from app.ml.runners import load_runner
 from tests.e2e.conftest import Proc, Processes, pavedock, start_embedded, wait_ready
 
 pytestmark = pytest.mark.e2e
@@ -39,6 +42,14 @@ def test_serve_runs_the_dock_on_one_machine(
         result = client.wait_task(posted.task_id, timeout=300)
         assert result.status.value == "ready", result.error
         assert result.matches[0].learnware_id == ids["trec"]
+    # The shot check ran the trec learnware (the only one of the task's label set) on the user's
+    # examples before erasing them: its accuracy there, exactly as the model gives it here.
+    assert [m.labels_match for m in result.matches] == [True, False]
+    assert result.matches[1].shot_accuracy is None
+    runner = load_runner(extract_package(tfidf_packages["trec"], tmp_path / "trec-package"))
+    assert list(runner.label_names) == list(query.label_names)
+    predicted = runner.predict(query.texts).labels
+    assert result.matches[0].shot_accuracy == pytest.approx(float(np.mean(predicted == query.labels)))
     shots = tmp_path / "shots.jsonl"
     shots.write_text(
         "".join(

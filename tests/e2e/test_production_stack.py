@@ -129,6 +129,9 @@ def test_submit_identify_download_survive_a_dead_worker_and_an_api_restart(
         assert result.status.value == "ready", result.error
         ranked = [m.learnware_id for m in result.matches]
         assert ranked[0] == submitted["ag_news"].learnware_id, result.matches
+        # The shot check ran it on the examples (the other two speak other label sets).
+        assert result.matches[0].shot_accuracy is not None and result.matches[0].shot_accuracy > 0.5
+        assert [m.shot_accuracy for m in result.matches[1:]] == [None, None]
         assert len(ranked) == 3 and result.examples_kept is False
         # The same task computed here and uploaded as a spec only: the same winner.
         local = client.task(query.texts, labels, query.label_names, top_k=3, local_spec=True)

@@ -606,6 +606,10 @@ def _beyond(
             ),
         )
 
+    def shot_zero_shot(lw: Learnware, shots: TextTask) -> float:
+        model = LoraClassifier.load(base, lw.package_dir / "adapter")
+        return accuracy(model.predict_proba(shots.texts, shots.label_names), shots.labels)
+
     def finetuned(lw: Learnware | None, task: str, shots: TextTask, seed: int) -> float:
         test = test_set(task)
         name = f"ft-{lw.key if lw else 'base'}-on-{task}-s{seed}-{profile.finetune_steps}-{profile.beyond_test_cap}"
@@ -632,7 +636,12 @@ def _beyond(
             continue
         ids = {lw.id for lw in candidates}
         user = fit_pave_spec(space, shots.texts, shots.labels, shots.label_names, kind="task")
-        pave_top = market.learnwares[rank_specs(user.vector, {i: pave_specs[i] for i in ids})[0].id]
+        pave_ranking = rank_specs(user.vector, {i: pave_specs[i] for i in ids})
+        pave_top = market.learnwares[pave_ranking[0].id]
+        # The shot check on adapters: their label-name heads answer any label set, so each of the
+        # top few is scored zero-shot on the user's own examples before one is fine-tuned.
+        on_shots = {m.id: shot_zero_shot(market.learnwares[m.id], shots) for m in pave_ranking[:SHOT_CHECK_K]}
+        checked_top = market.learnwares[shot_checked(pave_ranking, on_shots)[0].id]
         rkme_top = market.learnwares[rkme_rank(shots.texts, ids)[0].id]
         zs = {lw.id: zero_shot(lw, task) for lw in candidates}
         oracle = market.learnwares[max(zs, key=lambda i: zs[i])]
@@ -641,6 +650,7 @@ def _beyond(
         scores = {
             "PAVE top-1 (zero-shot)": zs[pave_top.id],
             "PAVE♦ (top-1 fine-tuned)": finetuned(pave_top, task, shots, seed),
+            "PAVE♦, top 5 checked on the shots": finetuned(checked_top, task, shots, seed),
             "RKME top-1 fine-tuned": finetuned(rkme_top, task, shots, seed),
             "Random fine-tuned": finetuned(random_lw, task, shots, seed),
             "Random (zero-shot mean)": float(np.mean(list(zs.values()))),
@@ -652,6 +662,7 @@ def _beyond(
                 "task": task,
                 "seed": seed,
                 "pave_top1": pave_top.key,
+                "pave_checked_top1": checked_top.key,
                 "rkme_top1": rkme_top.key,
                 "scores": scores,
             }

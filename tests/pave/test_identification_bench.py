@@ -41,6 +41,7 @@ def test_smoke_profile_writes_every_key_the_issue_asks_for(datasets_dir: Path, t
     beyond = saved["beyond"]["methods"]
     assert {
         "PAVE♦ (top-1 fine-tuned)",
+        "PAVE♦, top 5 checked on the shots",
         "RKME top-1 fine-tuned",
         "Base fine-tuned",
         "Oracle fine-tuned",

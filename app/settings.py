@@ -85,7 +85,7 @@ class Settings(BaseSettings):
     """Validated learnwares wait for an admin's approval before they are indexed."""
     keep_task_examples: bool = False
     """Keep a user's few-shot examples after their spec is computed (default: erase them)."""
-    shot_check_k: int = 5
+    shot_check_k: int = Field(default=5, ge=0)
     """While it holds a task's examples, the dock runs this many of the top matches of the task's
     label set on them and ranks those by accuracy (0: rank by spec alone)."""
 

@@ -28,7 +28,7 @@ import logging
 import shutil
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,15 @@ from tqdm import tqdm
 
 from app.bench.report import machine, md_table, percentile, write_json
 from app.ml.data import TextTask, few_shot, load_task, text_task_names
-from app.ml.identify import SHOT_CHECK_K, Match, label_compatible_first, rank_specs, shot_checked
+from app.ml.identify import (
+    SHOT_CHECK_K,
+    Match,
+    best_label_map,
+    label_compatible_first,
+    rank_specs,
+    shot_candidates,
+    shot_checked,
+)
 from app.ml.packages import LearnwarePackage
 from app.ml.pave import fit_pave_spec
 from app.ml.spec_space import FitRecipe, SpecSpace, load_space
@@ -298,13 +306,23 @@ class Market:
 
         return self.cache.number(f"acc-{lw.key}-on-{task}-{self.profile.test_cap}", compute)
 
-    def shot_accuracy(self, lw: Learnware, shots: TextTask) -> float | None:
-        """Accuracy on a user's examples; None when the learnware's label set is not theirs."""
-        mapping = _label_map(lw.label_names, shots.label_names)
-        if mapping is None:
+    def shot_accuracy(self, lw: Learnware, shots: TextTask, mapped: bool) -> float | None:
+        """Accuracy on a user's examples: labels matched by name, or (`mapped`) by the best
+        one-to-one map on the examples; None when neither applies."""
+        by_name = _label_map(lw.label_names, shots.label_names)
+        if by_name is None and not (mapped and len(lw.label_names) == len(shots.label_names)):
             return None
         predicted = self.runner(lw).predict(shots.texts).labels
-        return float(np.mean(mapping[predicted] == shots.labels))
+        if by_name is not None:
+            return float(np.mean(by_name[predicted] == shots.labels))
+        return best_label_map(predicted, shots.labels, len(shots.label_names))[1]
+
+    def shot_check(self, ranking: list[Match], shots: TextTask) -> list[Match]:
+        """The shot check as the service runs it, on a label-tier ranking."""
+        names = {lw.id: lw.label_names for lw in self.learnwares}
+        ids, mapped = shot_candidates(ranking, names, shots.label_names, SHOT_CHECK_K)
+        accuracy = {i: self.shot_accuracy(self.learnwares[i], shots, mapped) for i in ids}
+        return shot_checked(ranking, accuracy)
 
     def predictions(self, lw: Learnware) -> np.ndarray:
         """The learnware's probabilities (or labels) on its declared inputs: its h(x)."""
@@ -431,6 +449,7 @@ def run_identification_benchmark(
         "pave_renamed": [],
         "pave_renamed_labels": [],
         "pave_shots": [],
+        "pave_renamed_shots": [],
     }
     names_of = {lw.id: lw.label_names for lw in lws}
     spec_seconds: list[float] = []
@@ -445,17 +464,19 @@ def run_identification_benchmark(
         renamed_names = [RENAMED_LABELS.get(n, f"{n} class") for n in shots.label_names]
         renamed = fit_pave_spec(space, shots.texts, shots.labels, renamed_names, kind="task")
         tiered = label_compatible_first(pave_ranking, names_of, shots.label_names)
-        checked = {m.id: market.shot_accuracy(lws[m.id], shots) for m in tiered[:SHOT_CHECK_K]}
+        renamed_shots = replace(shots, label_names=renamed_names)
+        renamed_tiered = label_compatible_first(
+            rank_specs(renamed.vector, pave_specs), names_of, renamed_names
+        )
         rankings = {
             "pave": pave_ranking,
             "pave_labels": tiered,
-            "pave_shots": shot_checked(tiered, checked),
+            "pave_shots": market.shot_check(tiered, shots),
             "pave_club": rank_specs(user.vector, club_specs),
             "rkme": rkme_rank(shots.texts),
             "pave_renamed": rank_specs(renamed.vector, pave_specs),
-            "pave_renamed_labels": label_compatible_first(
-                rank_specs(renamed.vector, pave_specs), names_of, renamed_names
-            ),
+            "pave_renamed_labels": renamed_tiered,
+            "pave_renamed_shots": market.shot_check(renamed_tiered, renamed_shots),
         }
         row: dict[str, Any] = {"task": task, "seed": seed, "shots": len(shots)}
         for method, ranking in rankings.items():
@@ -702,6 +723,7 @@ def _per_task(per_user: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
                 "rkme",
                 "pave_renamed",
                 "pave_renamed_labels",
+                "pave_renamed_shots",
             )
             for key in ("oracle_agreement_at1", "normalized_accuracy", "quality_filter", "hit_at1")
         }
@@ -737,6 +759,10 @@ def render_markdown(result: dict[str, Any]) -> str:
                     (f"PAVE, label tiers, top {SHOT_CHECK_K} checked on the user's shots", "pave_shots_"),
                     ("PAVE, user renames the labels", "pave_renamed_"),
                     ("PAVE, user renames the labels, label tiers", "pave_renamed_labels_"),
+                    (
+                        f"PAVE, user renames the labels, label tiers, top {SHOT_CHECK_K} checked (best label map)",
+                        "pave_renamed_shots_",
+                    ),
                     ("PAVE♣ (true labels)", "pave_club_"),
                     ("RKME", "rkme_"),
                 )

@@ -167,3 +167,38 @@ def shot_checked(
     unchecked = [m for m in head if shot_accuracy.get(m.id) is None]
     checked.sort(key=lambda m: -float(shot_accuracy[m.id]))  # type: ignore[arg-type]
     return checked + unchecked + tail
+
+
+def best_label_map(predicted: np.ndarray, labels: np.ndarray, n_classes: int) -> tuple[np.ndarray, float]:
+    """The one-to-one map from a model's class ids to a user's that makes the most of the user's
+    examples right (Hungarian assignment on the confusion counts), and the accuracy under it.
+
+    For a learnware with as many classes as the user's task but other names: the user may call
+    "good" what the developer called "positive". With few examples the map is optimistic (it is
+    chosen on the examples it is scored on), so the dock uses it only when no learnware of the
+    user's own label names is among the matches checked.
+    """
+    from scipy.optimize import linear_sum_assignment
+
+    confusion = np.zeros((n_classes, n_classes), dtype=np.int64)
+    np.add.at(confusion, (np.asarray(predicted, dtype=np.int64), np.asarray(labels, dtype=np.int64)), 1)
+    rows, cols = linear_sum_assignment(-confusion)
+    mapping = np.empty(n_classes, dtype=np.int64)
+    mapping[rows] = cols
+    return mapping, float(confusion[rows, cols].sum()) / max(1, len(labels))
+
+
+def shot_candidates(
+    matches: Sequence[Match], label_names: Mapping[int, Sequence[str]], user_names: Sequence[str], k: int
+) -> tuple[list[int], bool]:
+    """Which of the first `k` matches the shot check runs, and whether they need a label map.
+
+    Those whose label set is the user's when any is among them (their labels map by name);
+    otherwise those with as many classes as the user's task (mapped by `best_label_map`).
+    """
+    wanted = {name.strip().casefold() for name in user_names}
+    head = matches[:k]
+    same = [m.id for m in head if {n.strip().casefold() for n in label_names.get(m.id, ())} == wanted]
+    if same:
+        return same, False
+    return [m.id for m in head if len(set(label_names.get(m.id, ()))) == len(wanted)], True

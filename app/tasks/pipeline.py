@@ -56,10 +56,10 @@ def fit_and_identify(ctx: JobContext) -> None:
         task = _task(session, ctx)
         top_k = task.top_k
         results, version = rank(session, ctx.runtime, space_id, spec.vector, max(top_k, check), label_names)
-    if check > 0 and any(r["labels_match"] for r in results[:check]):
-        accuracy = shot_accuracies(ctx, results, texts, labels, label_names, check)
-        results = with_shot_check(results, accuracy, check)
-        ctx.log(f"shot check: {sum(a is not None for a in accuracy.values())} matches run on the examples")
+    if check > 0 and results:
+        checked = shot_accuracies(ctx, results, texts, labels, label_names, check)
+        results = with_shot_check(results, checked, check)
+        ctx.log(f"shot check: {sum(c is not None for c in checked.values())} matches run on the examples")
     with ctx.runtime.db.session() as session:
         task = _task(session, ctx)
         row = spec_row(space_id, spec.vector, kind=SpecKind.task, source=SpecSource.computed, meta=spec.meta)

@@ -40,6 +40,11 @@ class MatchRead(BaseModel):
         description="its accuracy on the task's own examples, where the shot check ran it (the "
         "checked matches are ranked by it); None where it was not run",
     )
+    label_map: dict[str, str] | None = Field(
+        default=None,
+        description="when its label names are not the task's: the map of its labels onto the "
+        "task's that fits the task's examples best (the shot check's accuracy is under this map)",
+    )
     tags: list[str]
 
 

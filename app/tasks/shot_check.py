@@ -1,15 +1,18 @@
 """The shot check: the top matches of a task's label set run on the user's own examples.
 
 A task spec says which learnwares do the user's kind of task, not which of several close ones is
-best at it. While a job holds the user's examples (before it erases them), it runs the first
-`shot_check_k` matches whose label set is the task's on those examples and ranks them by their
-accuracy (ties keep the spec's order); every match the check ran carries its `shot_accuracy`.
+best at it. While a job holds the user's examples (before it erases them), it runs those of the
+first `shot_check_k` matches whose label set is the task's on those examples (or, when none is,
+those with as many classes, through the label map that fits the examples best) and ranks them by
+their accuracy (ties keep the spec's order); every match the check ran carries its
+`shot_accuracy` (and `label_map` when its names are not the task's).
 The identification benchmark measures what this adds (docs/benchmarks/identification.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -18,7 +21,7 @@ from app.jobs.runner import JobContext
 from app.learnwares import repository as learnwares
 from app.learnwares.pipeline import extracted
 from app.ml.errors import InvalidInput, InvalidPackage
-from app.ml.identify import Match, shot_checked
+from app.ml.identify import Match, best_label_map, shot_candidates, shot_checked
 
 
 def label_index(model_names: Sequence[str], task_names: Sequence[str]) -> np.ndarray:
@@ -30,6 +33,15 @@ def label_index(model_names: Sequence[str], task_names: Sequence[str]) -> np.nda
         raise InvalidInput(f"label {missing} is not among the task's labels {list(task_names)}") from None
 
 
+@dataclass(frozen=True)
+class ShotResult:
+    """One checked match: its accuracy on the examples and, when its label names are not the
+    task's, the map of its labels onto the task's under which it reached that accuracy."""
+
+    accuracy: float
+    label_map: dict[str, str] | None = None
+
+
 def shot_accuracies(
     ctx: JobContext,
     results: Sequence[dict[str, Any]],
@@ -37,19 +49,21 @@ def shot_accuracies(
     labels: np.ndarray,
     label_names: Sequence[str],
     k: int,
-) -> dict[int, float | None]:
-    """Accuracy on the examples of each of the first `k` results whose labels match the task's.
+) -> dict[int, ShotResult | None]:
+    """Run the matches `shot_candidates` picks among the first `k` on the examples.
 
     A learnware that cannot be run (its package is gone or no longer loads) gets None and a line
     in the job's log: the check never fails the identification.
     """
     from app.ml.runners import load_runner  # torch-heavy: only in workers
 
-    candidates = [r["learnware_id"] for r in results[:k] if r.get("labels_match")]
+    matches = [Match(r["learnware_id"], r["score"]) for r in results]
+    names = {r["learnware_id"]: list(r["label_names"]) for r in results}
+    candidates, mapped = shot_candidates(matches, names, label_names, k)
     with ctx.runtime.db.session() as session:
         rows = learnwares.ready_by_ids(session, candidates)
         packages = {i: rows[i].package_sha256 for i in candidates if i in rows}
-    accuracy: dict[int, float | None] = {}
+    checked: dict[int, ShotResult | None] = {}
     for done, learnware_id in enumerate(candidates, start=1):
         try:
             if learnware_id not in packages:
@@ -57,22 +71,40 @@ def shot_accuracies(
             with extracted(ctx, packages[learnware_id]) as package:
                 runner = load_runner(package)
                 predicted = runner.predict(list(texts)).labels
-                mapping = label_index(runner.label_names, label_names)
-            accuracy[learnware_id] = float(np.mean(mapping[predicted] == labels))
+            checked[learnware_id] = _score(list(runner.label_names), predicted, labels, label_names, mapped)
         except (InvalidPackage, InvalidInput, OSError, RuntimeError, ValueError) as error:
-            accuracy[learnware_id] = None
+            checked[learnware_id] = None
             ctx.log(f"shot check skipped learnware {learnware_id}: {error}")
         ctx.progress(0.86 + 0.1 * done / len(candidates), f"shot check {done}/{len(candidates)}", force=True)
-    return accuracy
+    return checked
+
+
+def _score(
+    model_names: list[str], predicted: np.ndarray, labels: np.ndarray, task_names: Sequence[str], mapped: bool
+) -> ShotResult:
+    if not mapped:
+        return ShotResult(float(np.mean(label_index(model_names, task_names)[predicted] == labels)))
+    mapping, accuracy = best_label_map(predicted, labels, len(task_names))
+    return ShotResult(accuracy, {name: task_names[int(mapping[i])] for i, name in enumerate(model_names)})
 
 
 def with_shot_check(
-    results: Sequence[dict[str, Any]], accuracy: dict[int, float | None], k: int
+    results: Sequence[dict[str, Any]], checked: dict[int, ShotResult | None], k: int
 ) -> list[dict[str, Any]]:
-    """`results` with the first `k` re-ranked by `accuracy`, ranks renumbered, `shot_accuracy` set."""
+    """`results` with the checked ones among the first `k` ranked by accuracy (ties keep their
+    order), ranks renumbered, `shot_accuracy` and `label_map` set where the check ran."""
     by_id = {r["learnware_id"]: r for r in results}
+    accuracy = {i: (c.accuracy if c is not None else None) for i, c in checked.items()}
     order = shot_checked([Match(r["learnware_id"], r["score"]) for r in results], accuracy, k)
-    return [
-        {**by_id[match.id], "rank": rank, "shot_accuracy": accuracy.get(match.id)}
-        for rank, match in enumerate(order, start=1)
-    ]
+    out = []
+    for rank, match in enumerate(order, start=1):
+        result = checked.get(match.id)
+        out.append(
+            {
+                **by_id[match.id],
+                "rank": rank,
+                "shot_accuracy": None if result is None else result.accuracy,
+                "label_map": None if result is None else result.label_map,
+            }
+        )
+    return out

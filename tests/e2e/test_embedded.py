@@ -11,6 +11,7 @@ import pytest
 
 from app.client import DockClient
 from app.ml.data import few_shot, load_task
+from app.ml.identify import best_label_map
 from app.ml.packages import extract_package
 from app.ml.runners import load_runner
 from tests.e2e.conftest import Proc, Processes, pavedock, start_embedded, wait_ready
@@ -50,6 +51,16 @@ def test_serve_runs_the_dock_on_one_machine(
     assert list(runner.label_names) == list(query.label_names)
     predicted = runner.predict(query.texts).labels
     assert result.matches[0].shot_accuracy == pytest.approx(float(np.mean(predicted == query.labels)))
+    # The same examples under the user's own label names: no learnware speaks them, so the check
+    # runs the one with as many classes (trec's) through the label map that fits them best.
+    renamed = [f"kind {i}" for i in range(len(query.label_names))]
+    with DockClient(url, user) as client:
+        posted = client.task(query.texts, [int(y) for y in query.labels], renamed, top_k=2)
+        top = client.wait_task(posted.task_id, timeout=300).matches[0]
+    mapping, accuracy = best_label_map(predicted, query.labels, len(renamed))
+    assert top.learnware_id == ids["trec"] and top.labels_match is False
+    assert top.shot_accuracy == pytest.approx(accuracy) and accuracy >= result.matches[0].shot_accuracy
+    assert top.label_map == {name: renamed[int(mapping[i])] for i, name in enumerate(runner.label_names)}
     shots = tmp_path / "shots.jsonl"
     shots.write_text(
         "".join(

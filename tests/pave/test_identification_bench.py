@@ -28,6 +28,7 @@ def test_smoke_profile_writes_every_key_the_issue_asks_for(datasets_dir: Path, t
         "rkme_",
         "pave_renamed_",
         "pave_renamed_labels_",
+        "pave_renamed_shots_",
     ):
         for key in SCORES:
             assert 0.0 <= saved[prefix + key] <= 1.0, prefix + key

@@ -91,3 +91,16 @@ def test_shot_check_reorders_only_the_checked_head_by_accuracy() -> None:
     # 2 and 4 tie at 0.9 and keep their cosine order; 3 could not be checked; 6 and 7 lie beyond k.
     assert order == [2, 4, 5, 1, 3, 6, 7]
     assert shot_checked(ranking, {}, k=5) == ranking
+
+
+def test_best_label_map_finds_the_renaming_that_fits_the_examples() -> None:
+    import numpy as np
+
+    from app.ml.identify import best_label_map
+
+    # The model says 0/1/2 where the user says 2/0/1; one example disagrees.
+    predicted = np.array([0, 0, 1, 1, 2, 2, 2])
+    labels = np.array([2, 2, 0, 0, 1, 1, 0])
+    mapping, accuracy = best_label_map(predicted, labels, 3)
+    assert mapping.tolist() == [2, 0, 1]
+    assert accuracy == 6 / 7

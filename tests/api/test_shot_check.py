@@ -1,0 +1,54 @@
+"""The shot check's scoring and re-ranking (the worker part runs in tests/e2e/test_embedded.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from app.ml.errors import InvalidInput
+from app.tasks.shot_check import ShotResult, _score, label_index, with_shot_check
+
+
+def _result(learnware_id: int, score: float, names: list[str]) -> dict[str, object]:
+    return {"rank": 0, "learnware_id": learnware_id, "score": score, "label_names": names}
+
+
+def test_labels_map_by_name_whatever_their_order_and_case() -> None:
+    assert label_index(["Positive", "negative "], ["negative", "positive"]).tolist() == [1, 0]
+    with pytest.raises(InvalidInput, match="'neutral' is not among the task's labels"):
+        label_index(["neutral", "positive"], ["negative", "positive"])
+
+
+def test_a_model_of_the_tasks_label_names_is_scored_through_them() -> None:
+    # The model's ids are in its own name order; the task's labels in the task's.
+    scored = _score(
+        ["positive", "negative"],
+        np.array([0, 1, 1, 0]),
+        np.array([1, 0, 1, 1]),
+        ["negative", "positive"],
+        False,
+    )
+    assert scored == ShotResult(accuracy=0.75, label_map=None)
+
+
+def test_a_renamed_label_set_is_scored_through_the_map_that_fits_best() -> None:
+    scored = _score(
+        ["negative", "positive"], np.array([0, 0, 1, 1]), np.array([1, 1, 0, 0]), ["good", "bad"], True
+    )
+    assert scored == ShotResult(accuracy=1.0, label_map={"negative": "bad", "positive": "good"})
+
+
+def test_checked_matches_are_ranked_by_accuracy_and_carry_it() -> None:
+    results = [
+        _result(7, 0.9, ["a", "b"]),
+        _result(8, 0.8, ["a", "b"]),
+        _result(9, 0.7, ["a", "b"]),
+        _result(10, 0.6, ["a", "b"]),
+    ]
+    checked = {7: ShotResult(0.5), 8: None, 9: ShotResult(0.75, {"a": "y", "b": "x"})}
+    ranked = with_shot_check(results, checked, k=3)
+    assert [r["learnware_id"] for r in ranked] == [9, 7, 8, 10]
+    assert [r["rank"] for r in ranked] == [1, 2, 3, 4]
+    assert [r["shot_accuracy"] for r in ranked] == [0.75, 0.5, None, None]
+    assert ranked[0]["label_map"] == {"a": "y", "b": "x"} and ranked[1]["label_map"] is None
+    assert results[0]["rank"] == 0  # the input is not modified

@@ -412,15 +412,21 @@ def _label_names(value: str) -> list[str]:
 
 
 def print_matches(matches: list[Any]) -> None:
-    table = Table("rank", "learnware", "score", "name", "format", "labels")
+    table = Table("rank", "learnware", "score", "on your examples", "name", "format", "labels")
     for m in matches:
+        shot = getattr(m, "shot_accuracy", None)
+        label_map = getattr(m, "label_map", None)
+        labels = (
+            ", ".join(f"{k}→{v}" for k, v in label_map.items()) if label_map else ", ".join(m.label_names)
+        )
         table.add_row(
             str(m.rank),
             str(m.learnware_id),
             f"{m.score:.4f}",
+            "–" if shot is None else f"{shot:.0%}",
             m.name,
             m.model_format,
-            ", ".join(m.label_names)[:40],
+            labels[:48],
         )
     console.print(table)
 

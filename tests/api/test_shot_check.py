@@ -52,3 +52,27 @@ def test_checked_matches_are_ranked_by_accuracy_and_carry_it() -> None:
     assert [r["shot_accuracy"] for r in ranked] == [0.75, 0.5, None, None]
     assert ranked[0]["label_map"] == {"a": "y", "b": "x"} and ranked[1]["label_map"] is None
     assert results[0]["rank"] == 0  # the input is not modified
+
+
+def test_the_cli_shows_the_shot_check_and_the_label_map(capsys: pytest.CaptureFixture[str]) -> None:
+    from app.cli.service import print_matches
+    from app.tasks.schemas import MatchRead
+
+    common = {"task_type": "text-classification", "model_format": "onnx", "tags": []}
+    print_matches(
+        [
+            MatchRead(
+                rank=1,
+                learnware_id=4,
+                score=0.91,
+                name="reviews",
+                label_names=["negative", "positive"],
+                shot_accuracy=0.875,
+                label_map={"negative": "bad", "positive": "good"},
+                **common,
+            ),
+            MatchRead(rank=2, learnware_id=9, score=0.85, name="spam", label_names=["ham", "spam"], **common),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert "88%" in out and "negative→bad" in out and "ham, spam" in out and "–" in out

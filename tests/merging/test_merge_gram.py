@@ -107,3 +107,18 @@ def test_pact_filter_on_the_gram_path_is_orthogonal_to_the_shield() -> None:
         assert float(torch.linalg.norm(filtered[t].double() @ shield)) < 1e-5 * float(
             torch.linalg.norm(taus[t])
         )
+
+
+def test_ties_in_row_blocks_equals_ties_in_one_piece(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TIES trims and sums block by block; blocks (with a remainder), transposed (non-contiguous)
+    inputs and 1-D tensors give the same merge as one block."""
+    taus = _taus((23, 11), 3, rank=None, seed=11)
+    transposed = [tau.T.contiguous().T for tau in taus]  # same values, column-major strides
+    biases = [tau[0] for tau in taus]
+    whole = [_merge("ties", xs, torch.zeros_like(xs[0]), {"k": 0.3, "lam": 1.0}) for xs in (taus, biases)]
+    monkeypatch.setattr(linalg, "CHUNK_ROWS", 4)
+    assert not transposed[0].is_contiguous()
+    for xs, expected in ((taus, whole[0]), (transposed, whole[0]), (biases, whole[1])):
+        torch.testing.assert_close(
+            _merge("ties", xs, torch.zeros_like(xs[0]), {"k": 0.3, "lam": 1.0}), expected
+        )

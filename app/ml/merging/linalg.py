@@ -54,14 +54,15 @@ def gram_orientation(shape: torch.Size | tuple[int, ...]) -> str | None:
     return None
 
 
-def _row_blocks(rows: int) -> list[slice]:
+def row_blocks(rows: int) -> list[slice]:
+    """Slices of `CHUNK_ROWS` rows covering `rows` rows."""
     return [slice(start, start + CHUNK_ROWS) for start in range(0, rows, CHUNK_ROWS)]
 
 
 def gram(matrix: Tensor) -> Tensor:
     """MᵀM in float64, accumulated over row blocks (M is never copied whole)."""
     total = torch.zeros(matrix.shape[1], matrix.shape[1], dtype=torch.float64)
-    for rows in _row_blocks(matrix.shape[0]):
+    for rows in row_blocks(matrix.shape[0]):
         block = matrix[rows].to(torch.float64)
         total.addmm_(block.T, block)
     return total
@@ -71,7 +72,7 @@ def times(matrix: Tensor, right: Tensor, dtype: torch.dtype = torch.float64) -> 
     """M·right computed in float64 block by block, returned in `dtype` (M is never copied whole)."""
     right = right.to(torch.float64)
     out = torch.empty(matrix.shape[0], right.shape[1], dtype=dtype)
-    for rows in _row_blocks(matrix.shape[0]):
+    for rows in row_blocks(matrix.shape[0]):
         out[rows] = (matrix[rows].to(torch.float64) @ right).to(dtype)
     return out
 
@@ -79,7 +80,7 @@ def times(matrix: Tensor, right: Tensor, dtype: torch.dtype = torch.float64) -> 
 def transposed_times(matrix: Tensor, other: Tensor) -> Tensor:
     """Mᵀ·other (both with m rows) in float64, accumulated over row blocks."""
     total = torch.zeros(matrix.shape[1], other.shape[1], dtype=torch.float64)
-    for rows in _row_blocks(matrix.shape[0]):
+    for rows in row_blocks(matrix.shape[0]):
         total.addmm_(matrix[rows].to(torch.float64).T, other[rows].to(torch.float64))
     return total
 
@@ -88,7 +89,7 @@ def remove_column_space(matrix: Tensor, basis: Tensor) -> Tensor:
     """M − B·(BᵀM) for orthonormal columns B (m×s), in M's dtype, block by block."""
     projection = transposed_times(basis, matrix)
     out = torch.empty_like(matrix)
-    for rows in _row_blocks(matrix.shape[0]):
+    for rows in row_blocks(matrix.shape[0]):
         block = matrix[rows].to(torch.float64) - basis[rows].to(torch.float64) @ projection
         out[rows] = block.to(matrix.dtype)
     return out
@@ -98,7 +99,7 @@ def remove_row_space(matrix: Tensor, basis: Tensor) -> Tensor:
     """M − (M·B)·Bᵀ for orthonormal columns B (n×s), in M's dtype, block by block."""
     basis = basis.to(torch.float64)
     out = torch.empty_like(matrix)
-    for rows in _row_blocks(matrix.shape[0]):
+    for rows in row_blocks(matrix.shape[0]):
         block = matrix[rows].to(torch.float64)
         out[rows] = (block - (block @ basis) @ basis.T).to(matrix.dtype)
     return out

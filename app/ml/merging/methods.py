@@ -33,6 +33,7 @@ from app.ml.merging.linalg import (
     numerical_rank,
     polar_map,
     remove_column_space,
+    row_blocks,
     svd_top,
     times,
 )
@@ -153,8 +154,20 @@ def trim_top_k(tau: Tensor, fraction: float) -> Tensor:
     return _trim(tau, top_k_threshold(tau, fraction))
 
 
+def _as_rows(tensor: Tensor) -> Tensor:
+    """A contiguous tensor as a 2-D view (rows × the rest); a scalar as 1×1."""
+    return tensor.reshape(tensor.shape[0], -1) if tensor.dim() else tensor.reshape(1, 1)
+
+
 def _trim(tau: Tensor, threshold: float) -> Tensor:
-    return torch.where(tau.abs() >= threshold, tau, 0.0)
+    """τ with entries below `threshold` in magnitude zeroed, into a new tensor, block by block
+    (no tensor-sized temporaries besides the result)."""
+    out = torch.empty(tau.shape, dtype=tau.dtype)
+    source, target = _as_rows(tau), _as_rows(out)
+    for rows in row_blocks(source.shape[0]):
+        block = source[rows]
+        target[rows] = torch.where(block.abs() >= threshold, block, 0.0)
+    return out
 
 
 def merge_ties(taus: Sequence[Tensor], k: float, lam: float, name: str = "tensor") -> Tensor:
@@ -165,12 +178,17 @@ def merge_ties(taus: Sequence[Tensor], k: float, lam: float, name: str = "tensor
     thresholds = [top_k_threshold(tau, k) for tau in iter_task_vectors(taus, name)]
     trimmed = MappedTaskVectors(taus, lambda t, tau: _trim(tau.to(torch.float32), thresholds[t]))
     elected = sum_task_vectors(trimmed, name).sign_()
-    agreeing_sum = torch.zeros_like(elected)
+    agreeing_sum = torch.zeros(elected.shape, dtype=elected.dtype)  # contiguous: written through a view
     count = torch.zeros(elected.shape, dtype=torch.int16 if len(taus) < 2**15 else torch.int32)
+    sums, counts, signs = _as_rows(agreeing_sum), _as_rows(count), _as_rows(elected)
     for kept in iter_task_vectors(trimmed, name):
-        agrees = (kept * elected) > 0
-        agreeing_sum += kept.masked_fill_(~agrees, 0.0)
-        count += agrees
+        # Block by block: the agreement mask and the masked copy stay block-sized.
+        kept_rows = _as_rows(kept)
+        for rows in row_blocks(kept_rows.shape[0]):
+            part = kept_rows[rows]
+            agrees = (part * signs[rows]) > 0
+            sums[rows] += part.masked_fill(~agrees, 0.0)
+            counts[rows] += agrees
     return agreeing_sum.div_(count.clamp_(min=1)).mul_(lam)
 
 

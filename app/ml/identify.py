@@ -163,9 +163,9 @@ def shot_checked(
     incoming (cosine or label-tier) order, and everything after the first `k` is unchanged.
     """
     head, tail = matches[:k], matches[k:]
-    checked = [m for m in head if shot_accuracy.get(m.id) is not None]
+    scored = [(m, accuracy) for m in head if (accuracy := shot_accuracy.get(m.id)) is not None]
+    checked = [m for m, _ in sorted(scored, key=lambda pair: -pair[1])]  # stable: ties keep order
     unchecked = [m for m in head if shot_accuracy.get(m.id) is None]
-    checked.sort(key=lambda m: -float(shot_accuracy[m.id]))  # type: ignore[arg-type]
     return checked + unchecked + tail
 
 

@@ -133,7 +133,9 @@ def pact_sweep_markdown(result: Mapping[str, object]) -> str:
         "| method | PACT setting | " + " | ".join(f"norm. acc ×{s}" for s in sizes) + " | mean − no PACT |",
         "|---|---|" + "---|" * len(sizes) + "---|",
     ]
-    for method in result["methods"]:  # type: ignore[attr-defined]
+    methods = result["methods"]
+    assert isinstance(methods, list)
+    for method in methods:
         row = baseline[method]
         lines.append(f"| `{method}` | none | " + " | ".join(f"{row[s]:.3f}" for s in sizes) + " | – |")
         for name, scores in settings.items():

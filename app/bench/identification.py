@@ -40,11 +40,13 @@ from app.ml.data import TextTask, few_shot, load_task, text_task_names
 from app.ml.identify import (
     SHOT_CHECK_K,
     Match,
+    ShotScore,
     best_label_map,
     label_compatible_first,
     rank_specs,
     shot_candidates,
     shot_checked,
+    shot_score,
 )
 from app.ml.packages import LearnwarePackage
 from app.ml.pave import fit_pave_spec
@@ -306,23 +308,22 @@ class Market:
 
         return self.cache.number(f"acc-{lw.key}-on-{task}-{self.profile.test_cap}", compute)
 
-    def shot_accuracy(self, lw: Learnware, shots: TextTask, mapped: bool) -> float | None:
-        """Accuracy on a user's examples: labels matched by name, or (`mapped`) by the best
+    def shot_score(self, lw: Learnware, shots: TextTask, mapped: bool) -> ShotScore | None:
+        """Score on a user's examples: labels matched by name, or (`mapped`) by the best
         one-to-one map on the examples; None when neither applies."""
-        by_name = _label_map(lw.label_names, shots.label_names)
-        if by_name is None and not (mapped and len(lw.label_names) == len(shots.label_names)):
+        mapping = _label_map(lw.label_names, shots.label_names)
+        if mapping is None and not (mapped and len(lw.label_names) == len(shots.label_names)):
             return None
-        predicted = self.runner(lw).predict(shots.texts).labels
-        if by_name is not None:
-            return float(np.mean(by_name[predicted] == shots.labels))
-        return best_label_map(predicted, shots.labels, len(shots.label_names))[1]
+        predicted = self.runner(lw).predict(shots.texts)
+        if mapping is None:
+            mapping, _ = best_label_map(predicted.labels, shots.labels, len(shots.label_names))
+        return shot_score(predicted.labels, predicted.probs, shots.labels, mapping)
 
     def shot_check(self, ranking: list[Match], shots: TextTask) -> list[Match]:
         """The shot check as the service runs it, on a label-tier ranking."""
         names = {lw.id: lw.label_names for lw in self.learnwares}
         ids, mapped = shot_candidates(ranking, names, shots.label_names, SHOT_CHECK_K)
-        accuracy = {i: self.shot_accuracy(self.learnwares[i], shots, mapped) for i in ids}
-        return shot_checked(ranking, accuracy)
+        return shot_checked(ranking, {i: self.shot_score(self.learnwares[i], shots, mapped) for i in ids})
 
     def predictions(self, lw: Learnware) -> np.ndarray:
         """The learnware's probabilities (or labels) on its declared inputs: its h(x)."""
@@ -627,9 +628,11 @@ def _beyond(
             ),
         )
 
-    def shot_zero_shot(lw: Learnware, shots: TextTask) -> float:
+    def shot_zero_shot(lw: Learnware, shots: TextTask) -> ShotScore:
         model = LoraClassifier.load(base, lw.package_dir / "adapter")
-        return accuracy(model.predict_proba(shots.texts, shots.label_names), shots.labels)
+        probs = model.predict_proba(shots.texts, shots.label_names)
+        identity = np.arange(len(shots.label_names))
+        return shot_score(probs.argmax(axis=1), probs, shots.labels, identity)
 
     def finetuned(lw: Learnware | None, task: str, shots: TextTask, seed: int) -> float:
         test = test_set(task)

@@ -415,6 +415,7 @@ def print_matches(matches: list[Any]) -> None:
     table = Table("rank", "learnware", "score", "on your examples", "name", "format", "labels")
     for m in matches:
         shot = getattr(m, "shot_accuracy", None)
+        confidence = getattr(m, "shot_confidence", None)
         label_map = getattr(m, "label_map", None)
         labels = (
             ", ".join(f"{k}→{v}" for k, v in label_map.items()) if label_map else ", ".join(m.label_names)
@@ -423,7 +424,7 @@ def print_matches(matches: list[Any]) -> None:
             str(m.rank),
             str(m.learnware_id),
             f"{m.score:.4f}",
-            "–" if shot is None else f"{shot:.0%}",
+            "–" if shot is None else f"{shot:.0%}" + ("" if confidence is None else f" (p {confidence:.2f})"),
             m.name,
             m.model_format,
             labels[:48],

@@ -149,23 +149,58 @@ SHOT_CHECK_K = 5
 """How many of the top matches the shot check runs on the user's examples."""
 
 
+@dataclass(frozen=True, order=True)
+class ShotScore:
+    """How a learnware did on a user's labelled examples. Orders by accuracy, then by confidence."""
+
+    accuracy: float
+    confidence: float
+    """Mean probability it gave the true labels: splits equal accuracies (a handful of examples
+    leaves many ties) in favour of the model that is surer where it is right and less sure where
+    it is wrong. Equals the accuracy for a model that gives no probabilities."""
+
+
+def shot_score(
+    predicted: np.ndarray, probs: np.ndarray | None, labels: np.ndarray, mapping: np.ndarray
+) -> ShotScore:
+    """Score a model's predictions on a user's examples.
+
+    `predicted` (N,) and `probs` (N, C) are in the model's class ids, `labels` (N,) in the user's,
+    and `mapping[c]` is the user's label id of the model's class c (one-to-one).
+    """
+    labels = np.asarray(labels, dtype=np.int64)
+    mapping = np.asarray(mapping, dtype=np.int64)
+    accuracy = float(np.mean(mapping[np.asarray(predicted, dtype=np.int64)] == labels))
+    if probs is None:
+        return ShotScore(accuracy, accuracy)
+    probs = np.asarray(probs, dtype=np.float64)
+    if probs.shape != (len(labels), len(mapping)):
+        raise ValueError(
+            f"probabilities of shape {probs.shape} for {len(labels)} examples of {len(mapping)} classes"
+        )
+    in_user_ids = np.zeros((len(labels), int(max(mapping.max(), labels.max())) + 1))
+    in_user_ids[:, mapping] = probs
+    return ShotScore(accuracy, float(np.mean(in_user_ids[np.arange(len(labels)), labels])))
+
+
 def shot_checked(
-    matches: list[Match], shot_accuracy: Mapping[int, float | None], k: int = SHOT_CHECK_K
+    matches: list[Match], shot_scores: Mapping[int, ShotScore | None], k: int = SHOT_CHECK_K
 ) -> list[Match]:
-    """Re-rank the first `k` matches by their accuracy on the user's own labelled examples.
+    """Re-rank the first `k` matches by how they did on the user's own labelled examples.
 
     The spec says which learnwares do the user's kind of task; it does not say which of several
     close ones is best at it (a LoRA learnware of a neighbouring sentiment task may beat the
     user's own task's linear one). The dock holds the user's examples while it fits the task spec,
-    so it can run the top few candidates on them. `shot_accuracy` maps a learnware id to its
-    accuracy on the examples, None (or absent) where it could not be run or cannot serve the
-    user's labels: those keep their places after the checked ones. Equal accuracies keep the
-    incoming (cosine or label-tier) order, and everything after the first `k` is unchanged.
+    so it can run the top few candidates on them. `shot_scores` maps a learnware id to its
+    `ShotScore` (accuracy, then confidence), None (or absent) where it could not be run or cannot
+    serve the user's labels: those keep their places after the checked ones. Equal scores keep
+    the incoming (cosine or label-tier) order, and everything after the first `k` is unchanged.
     """
     head, tail = matches[:k], matches[k:]
-    scored = [(m, accuracy) for m in head if (accuracy := shot_accuracy.get(m.id)) is not None]
-    checked = [m for m, _ in sorted(scored, key=lambda pair: -pair[1])]  # stable: ties keep order
-    unchecked = [m for m in head if shot_accuracy.get(m.id) is None]
+    scored = [(m, score) for m in head if (score := shot_scores.get(m.id)) is not None]
+    # sorted() is stable under reverse=True too: equal scores keep their incoming order.
+    checked = [m for m, _ in sorted(scored, key=lambda pair: pair[1], reverse=True)]
+    unchecked = [m for m in head if shot_scores.get(m.id) is None]
     return checked + unchecked + tail
 
 

@@ -15,7 +15,7 @@ from app.jobs.runner import JobContext
 from app.learnwares.service import spec_row
 from app.ml.errors import IncompatibleSpec, InvalidInput
 from app.tasks.service import rank
-from app.tasks.shot_check import shot_accuracies, with_shot_check
+from app.tasks.shot_check import shot_results, with_shot_check
 
 
 def _task(session: Session, ctx: JobContext) -> UserTask:
@@ -57,7 +57,7 @@ def fit_and_identify(ctx: JobContext) -> None:
         top_k = task.top_k
         results, version = rank(session, ctx.runtime, space_id, spec.vector, max(top_k, check), label_names)
     if check > 0 and results:
-        checked = shot_accuracies(ctx, results, texts, labels, label_names, check)
+        checked = shot_results(ctx, results, texts, labels, label_names, check)
         results = with_shot_check(results, checked, check)
         ctx.log(f"shot check: {sum(c is not None for c in checked.values())} matches run on the examples")
     with ctx.runtime.db.session() as session:

@@ -40,6 +40,12 @@ class MatchRead(BaseModel):
         description="its accuracy on the task's own examples, where the shot check ran it (the "
         "checked matches are ranked by it); None where it was not run",
     )
+    shot_confidence: float | None = Field(
+        default=None,
+        description="the mean probability it gave the true labels of the task's examples (the "
+        "accuracy where the model gives no probabilities): orders checked matches of equal "
+        "`shot_accuracy`; None where the shot check did not run it",
+    )
     label_map: dict[str, str] | None = Field(
         default=None,
         description="when its label names are not the task's: the map of its labels onto the "

@@ -4,8 +4,9 @@ A task spec says which learnwares do the user's kind of task, not which of sever
 best at it. While a job holds the user's examples (before it erases them), it runs those of the
 first `shot_check_k` matches whose label set is the task's on those examples (or, when none is,
 those with as many classes, through the label map that fits the examples best) and ranks them by
-their accuracy (ties keep the spec's order); every match the check ran carries its
-`shot_accuracy` (and `label_map` when its names are not the task's).
+their accuracy, equal accuracies by the mean probability they gave the true labels (ties keep
+the spec's order); every match the check ran carries its `shot_accuracy` and `shot_confidence`
+(and `label_map` when its names are not the task's).
 The identification benchmark measures what this adds (docs/benchmarks/identification.md).
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,7 +22,10 @@ from app.jobs.runner import JobContext
 from app.learnwares import repository as learnwares
 from app.learnwares.pipeline import extracted
 from app.ml.errors import InvalidInput, InvalidPackage
-from app.ml.identify import Match, best_label_map, shot_candidates, shot_checked
+from app.ml.identify import Match, ShotScore, best_label_map, shot_candidates, shot_checked, shot_score
+
+if TYPE_CHECKING:
+    from app.ml.runners.base import Predictions  # torch-heavy: only in workers
 
 
 def label_index(model_names: Sequence[str], task_names: Sequence[str]) -> np.ndarray:
@@ -35,14 +39,14 @@ def label_index(model_names: Sequence[str], task_names: Sequence[str]) -> np.nda
 
 @dataclass(frozen=True)
 class ShotResult:
-    """One checked match: its accuracy on the examples and, when its label names are not the
-    task's, the map of its labels onto the task's under which it reached that accuracy."""
+    """One checked match: its score on the examples and, when its label names are not the
+    task's, the map of its labels onto the task's under which it reached that score."""
 
-    accuracy: float
+    score: ShotScore
     label_map: dict[str, str] | None = None
 
 
-def shot_accuracies(
+def shot_results(
     ctx: JobContext,
     results: Sequence[dict[str, Any]],
     texts: Sequence[str],
@@ -70,7 +74,7 @@ def shot_accuracies(
                 raise InvalidPackage(f"learnware {learnware_id} is no longer ready")
             with extracted(ctx, packages[learnware_id]) as package:
                 runner = load_runner(package)
-                predicted = runner.predict(list(texts)).labels
+                predicted = runner.predict(list(texts))
             checked[learnware_id] = _score(list(runner.label_names), predicted, labels, label_names, mapped)
         except (InvalidPackage, InvalidInput, OSError, RuntimeError, ValueError) as error:
             checked[learnware_id] = None
@@ -80,22 +84,31 @@ def shot_accuracies(
 
 
 def _score(
-    model_names: list[str], predicted: np.ndarray, labels: np.ndarray, task_names: Sequence[str], mapped: bool
+    model_names: list[str],
+    predicted: Predictions,
+    labels: np.ndarray,
+    task_names: Sequence[str],
+    mapped: bool,
 ) -> ShotResult:
     if not mapped:
-        return ShotResult(float(np.mean(label_index(model_names, task_names)[predicted] == labels)))
-    mapping, accuracy = best_label_map(predicted, labels, len(task_names))
-    return ShotResult(accuracy, {name: task_names[int(mapping[i])] for i, name in enumerate(model_names)})
+        mapping = label_index(model_names, task_names)
+        return ShotResult(shot_score(predicted.labels, predicted.probs, labels, mapping))
+    mapping, _ = best_label_map(predicted.labels, labels, len(task_names))
+    return ShotResult(
+        shot_score(predicted.labels, predicted.probs, labels, mapping),
+        {name: task_names[int(mapping[i])] for i, name in enumerate(model_names)},
+    )
 
 
 def with_shot_check(
     results: Sequence[dict[str, Any]], checked: dict[int, ShotResult | None], k: int
 ) -> list[dict[str, Any]]:
-    """`results` with the checked ones among the first `k` ranked by accuracy (ties keep their
-    order), ranks renumbered, `shot_accuracy` and `label_map` set where the check ran."""
+    """`results` with the checked ones among the first `k` ranked by their shot score (ties keep
+    their order), ranks renumbered, `shot_accuracy`, `shot_confidence` and `label_map` set where
+    the check ran."""
     by_id = {r["learnware_id"]: r for r in results}
-    accuracy = {i: (c.accuracy if c is not None else None) for i, c in checked.items()}
-    order = shot_checked([Match(r["learnware_id"], r["score"]) for r in results], accuracy, k)
+    scores = {i: (c.score if c is not None else None) for i, c in checked.items()}
+    order = shot_checked([Match(r["learnware_id"], r["score"]) for r in results], scores, k)
     out = []
     for rank, match in enumerate(order, start=1):
         result = checked.get(match.id)
@@ -103,7 +116,8 @@ def with_shot_check(
             {
                 **by_id[match.id],
                 "rank": rank,
-                "shot_accuracy": None if result is None else result.accuracy,
+                "shot_accuracy": None if result is None else result.score.accuracy,
+                "shot_confidence": None if result is None else result.score.confidence,
                 "label_map": None if result is None else result.label_map,
             }
         )

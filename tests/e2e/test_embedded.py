@@ -49,8 +49,12 @@ def test_serve_runs_the_dock_on_one_machine(
     assert result.matches[1].shot_accuracy is None
     runner = load_runner(extract_package(tfidf_packages["trec"], tmp_path / "trec-package"))
     assert list(runner.label_names) == list(query.label_names)
-    predicted = runner.predict(query.texts).labels
+    on_examples = runner.predict(query.texts)
+    predicted = on_examples.labels
     assert result.matches[0].shot_accuracy == pytest.approx(float(np.mean(predicted == query.labels)))
+    assert on_examples.probs is not None
+    true_probs = on_examples.probs[np.arange(len(query)), query.labels]
+    assert result.matches[0].shot_confidence == pytest.approx(float(np.mean(true_probs)), abs=1e-6)
     # The same examples under the user's own label names: no learnware speaks them, so the check
     # runs the one with as many classes (trec's) through the label map that fits them best.
     renamed = [f"kind {i}" for i in range(len(query.label_names))]

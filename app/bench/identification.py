@@ -210,6 +210,30 @@ def _label_map(source: list[str], target: list[str]) -> np.ndarray | None:
     return np.asarray([target.index(name) for name in source], dtype=np.int64)
 
 
+# The rankings compared, by their key in the results (summary keys are prefixed "<key>_", PAVE's
+# by cosine alone unprefixed), with their names in the Markdown table.
+METHODS = {
+    "pave": "PAVE",
+    "pave_labels": "PAVE, label tiers (user's label set, then as many classes)",
+    "pave_shots": f"PAVE, label tiers, top {SHOT_CHECK_K} checked on the user's shots (as the service ranks)",
+    "pave_shots_accuracy": f"PAVE, label tiers, top {SHOT_CHECK_K} checked, by shot accuracy alone",
+    "pave_renamed": "PAVE, user renames the labels",
+    "pave_renamed_labels": "PAVE, user renames the labels, label tiers",
+    "pave_renamed_shots": f"PAVE, user renames the labels, label tiers, top {SHOT_CHECK_K} checked (best label map)",
+    "pave_club": "PAVE♣ (true labels)",
+    "rkme": "RKME",
+}
+
+
+def _prefix(method: str) -> str:
+    return "" if method == "pave" else f"{method}_"
+
+
+def _accuracy_only(scores: dict[int, ShotScore | None]) -> dict[int, ShotScore | None]:
+    """The shot check without its confidence tie-break: equal accuracies keep the tier order."""
+    return {i: None if s is None else ShotScore(s.accuracy, s.accuracy) for i, s in scores.items()}
+
+
 class Market:
     """The benchmark's learnwares, their runners, accuracies and specs (all cached)."""
 
@@ -319,11 +343,11 @@ class Market:
             mapping, _ = best_label_map(predicted.labels, shots.labels, len(shots.label_names))
         return shot_score(predicted.labels, predicted.probs, shots.labels, mapping)
 
-    def shot_check(self, ranking: list[Match], shots: TextTask) -> list[Match]:
-        """The shot check as the service runs it, on a label-tier ranking."""
+    def shot_scores(self, ranking: list[Match], shots: TextTask) -> dict[int, ShotScore | None]:
+        """The scores the service's shot check gives the head of a label-tier ranking."""
         names = {lw.id: lw.label_names for lw in self.learnwares}
         ids, mapped = shot_candidates(ranking, names, shots.label_names, SHOT_CHECK_K)
-        return shot_checked(ranking, {i: self.shot_score(self.learnwares[i], shots, mapped) for i in ids})
+        return {i: self.shot_score(self.learnwares[i], shots, mapped) for i in ids}
 
     def predictions(self, lw: Learnware) -> np.ndarray:
         """The learnware's probabilities (or labels) on its declared inputs: its h(x)."""
@@ -442,16 +466,7 @@ def run_identification_benchmark(
     rkme_rank = _rkme_ranker(market)
 
     per_user: list[dict[str, Any]] = []
-    by_method: dict[str, list[dict[str, float]]] = {
-        "pave": [],
-        "pave_labels": [],
-        "pave_club": [],
-        "rkme": [],
-        "pave_renamed": [],
-        "pave_renamed_labels": [],
-        "pave_shots": [],
-        "pave_renamed_shots": [],
-    }
+    by_method: dict[str, list[dict[str, float]]] = {method: [] for method in METHODS}
     names_of = {lw.id: lw.label_names for lw in lws}
     spec_seconds: list[float] = []
     search_seconds: list[float] = []
@@ -469,15 +484,19 @@ def run_identification_benchmark(
         renamed_tiered = label_compatible_first(
             rank_specs(renamed.vector, pave_specs), names_of, renamed_names
         )
+        on_shots = market.shot_scores(tiered, shots)
         rankings = {
             "pave": pave_ranking,
             "pave_labels": tiered,
-            "pave_shots": market.shot_check(tiered, shots),
+            "pave_shots": shot_checked(tiered, on_shots),
+            "pave_shots_accuracy": shot_checked(tiered, _accuracy_only(on_shots)),
             "pave_club": rank_specs(user.vector, club_specs),
             "rkme": rkme_rank(shots.texts),
             "pave_renamed": rank_specs(renamed.vector, pave_specs),
             "pave_renamed_labels": renamed_tiered,
-            "pave_renamed_shots": market.shot_check(renamed_tiered, renamed_shots),
+            "pave_renamed_shots": shot_checked(
+                renamed_tiered, market.shot_scores(renamed_tiered, renamed_shots)
+            ),
         }
         row: dict[str, Any] = {"task": task, "seed": seed, "shots": len(shots)}
         for method, ranking in rankings.items():
@@ -492,7 +511,7 @@ def run_identification_benchmark(
     summary: dict[str, Any] = {}
     for method, results in by_method.items():
         means = _mean_metrics(results)
-        prefix = "" if method == "pave" else f"{method}_"
+        prefix = _prefix(method)
         for key in ("oracle_agreement_at1", "normalized_accuracy", "quality_filter", "hit_at1", "hit_at5"):
             summary[prefix + key] = means[key]
     summary.update(
@@ -718,16 +737,7 @@ def _per_task(per_user: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
         rows = [r for r in per_user if r["task"] == task]
         tasks[task] = {
             f"{method}_{key}": float(np.mean([r[method][key] for r in rows]))
-            for method in (
-                "pave",
-                "pave_labels",
-                "pave_shots",
-                "pave_club",
-                "rkme",
-                "pave_renamed",
-                "pave_renamed_labels",
-                "pave_renamed_shots",
-            )
+            for method in METHODS
             for key in ("oracle_agreement_at1", "normalized_accuracy", "quality_filter", "hit_at1")
         }
     return tasks
@@ -756,19 +766,7 @@ def render_markdown(result: dict[str, Any]) -> str:
                     s[f"{p}hit_at1"],
                     s[f"{p}hit_at5"],
                 ]
-                for name, p in (
-                    ("PAVE", ""),
-                    ("PAVE, label tiers (user's label set, then as many classes)", "pave_labels_"),
-                    (f"PAVE, label tiers, top {SHOT_CHECK_K} checked on the user's shots", "pave_shots_"),
-                    ("PAVE, user renames the labels", "pave_renamed_"),
-                    ("PAVE, user renames the labels, label tiers", "pave_renamed_labels_"),
-                    (
-                        f"PAVE, user renames the labels, label tiers, top {SHOT_CHECK_K} checked (best label map)",
-                        "pave_renamed_shots_",
-                    ),
-                    ("PAVE♣ (true labels)", "pave_club_"),
-                    ("RKME", "rkme_"),
-                )
+                for p, name in ((_prefix(method), name) for method, name in METHODS.items())
             ],
         ),
         "",

@@ -95,6 +95,9 @@ class Settings(BaseSettings):
     """A running job without a heartbeat for this long is re-queued (or failed at max attempts)."""
     job_redispatch_after_s: float = 600.0
     """A queued job no worker claimed for this long is sent to the broker again."""
+    job_republish_after_s: float = 10.0
+    """A queued job whose message the broker never took (it was down) is sent again this long
+    after its dispatch, once the broker answers."""
     reaper_interval_s: float = 15.0
 
     worker_concurrency: int = 1

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.redis_server import RedisServer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -94,3 +96,17 @@ def linear_packages(datasets_dir: Path, package_dir: Path) -> dict[str, Path]:
         )
 
     return {name: cached(package_dir / f"{name}-linear.zip", build(name)) for name in ("sst2", "trec")}
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A redis-server of this test's own (stop and start it for an outage)."""
+    try:
+        server = RedisServer(tmp_path / "redis")
+    except FileNotFoundError:
+        pytest.skip("redis-server is not installed (.ci/run installs it)")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -1,5 +1,5 @@
 """Thin Celery tasks: each takes a job id, runs one pipeline stage through ``run_stage`` and lets
-the jobs table record the outcome. Transient errors come back as ``RetryLater`` and are retried."""
+the jobs table record the outcome (a transient error gives the job back to be sent again)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from celery import Task, signals
 
 from app.index import pipeline as index_pipeline
 from app.jobs.reaper import Reaper
-from app.jobs.runner import RetryLater, StageFn, run_stage
+from app.jobs.runner import StageFn, run_stage
 from app.jobs.stages import (
     FIT_LEARNWARE_SPEC,
     FIT_TASK_SPEC,
@@ -48,12 +48,7 @@ def runtime() -> Runtime:
 
 
 def _run(task: Task, job_id: int, stage: Stage, fn: StageFn) -> str:
-    try:
-        return run_stage(runtime(), job_id, stage, fn, worker=str(task.request.hostname or "worker"))
-    except RetryLater as exc:
-        raise task.retry(
-            countdown=exc.countdown, exc=exc, max_retries=get_settings().job_max_attempts
-        ) from exc
+    return run_stage(runtime(), job_id, stage, fn, worker=str(task.request.hostname or "worker"))
 
 
 @app.task(name=VALIDATE_LEARNWARE.name, bind=True)

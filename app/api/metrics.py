@@ -65,6 +65,9 @@ class DockCollector(Collector):
         jobs = GaugeMetricFamily("pavedock_jobs", "Jobs by kind and state", labels=["kind", "state"])
         stale = GaugeMetricFamily("pavedock_jobs_stale", "Running jobs whose heartbeat is overdue")
         oldest = GaugeMetricFamily("pavedock_oldest_queued_job_seconds", "Age of the oldest queued job")
+        unpublished = GaugeMetricFamily(
+            "pavedock_jobs_unpublished", "Queued jobs whose message the broker has not taken yet"
+        )
         learnwares = GaugeMetricFamily("pavedock_learnwares", "Learnwares by status", labels=["status"])
         version = GaugeMetricFamily(
             "pavedock_index_version", "Index version in the database", labels=["space"]
@@ -85,6 +88,13 @@ class DockCollector(Collector):
             stale.add_metric([], stale_count)
             first = session.scalar(select(func.min(Job.created_at)).where(Job.state == JobState.queued))
             oldest.add_metric([], (now - first).total_seconds() if first else 0.0)
+            unpublished.add_metric(
+                [],
+                session.scalar(
+                    select(func.count()).where(Job.state == JobState.queued, Job.published_at.is_(None))
+                )
+                or 0,
+            )
             for status, count in session.execute(
                 select(Learnware.status, func.count()).group_by(Learnware.status)
             ):
@@ -97,11 +107,10 @@ class DockCollector(Collector):
             size.add_metric([info.space_id], info.size)
         try:
             for queue, waiting in queue_depths(self.runtime.celery, QUEUES).items():
-                if waiting is not None:
-                    depth.add_metric([queue], waiting)
+                depth.add_metric([queue], waiting)
         except Exception as exc:
             log.warning("queue depth unavailable: %s", exc)
-        yield from (jobs, stale, oldest, learnwares, version, size, depth)
+        yield from (jobs, stale, oldest, unpublished, learnwares, version, size, depth)
 
 
 def render(runtime: Runtime) -> bytes:

@@ -221,6 +221,9 @@ class Job(Base):
     space_id: Mapped[str | None] = mapped_column(ForeignKey("spec_spaces.id"))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     dispatched_at: Mapped[datetime | None]
+    """When the job's current message was handed to the broker (every dispatch stamps it)."""
+    published_at: Mapped[datetime | None]
+    """When the broker took the current message; None while it has not (the reaper sends it)."""
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
 

@@ -17,20 +17,27 @@ log = logging.getLogger(__name__)
 
 def reap_once(runtime: Runtime) -> service.ReapReport:
     settings = runtime.settings
+    waiting: dict[str, int] | None = None
     try:
-        waiting: dict[str, int | None] = queue_depths(runtime.celery, QUEUES)
-    except Exception:  # broker unreachable: do not re-send blindly
-        waiting = dict.fromkeys(QUEUES)
+        waiting = queue_depths(runtime.celery, QUEUES)
+    except Exception as exc:  # broker unreachable: nothing can be sent now
+        log.info("reaper: broker unreachable (%s: %s); sends wait for it", type(exc).__name__, exc)
     with runtime.db.session() as session:
         report = service.reap(
             session,
             stale_after=timedelta(seconds=settings.job_stale_after_s),
             redispatch_after=timedelta(seconds=settings.job_redispatch_after_s),
+            republish_after=timedelta(seconds=settings.job_republish_after_s),
             waiting=waiting,
+            broker_up=waiting is not None,
         )
-    if report.requeued or report.failed or report.redispatched:
+    if report.requeued or report.failed or report.redispatched or report.republished:
         log.warning(
-            "reaper: re-queued %s, failed %s, re-sent %s", report.requeued, report.failed, report.redispatched
+            "reaper: re-queued %s, failed %s, re-sent %s (message lost), %s (never published)",
+            report.requeued,
+            report.failed,
+            report.redispatched,
+            report.republished,
         )
     return report
 

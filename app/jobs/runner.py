@@ -2,8 +2,8 @@
 how it ended. The Celery tasks in ``workers/`` are one call to ``run_stage``.
 
 - a dock error (bad package, incompatible spec, bad input) fails the job with its reason, no retry;
-- a transient error (database or broker connection, timeout) gives the job back and raises
-  ``RetryLater`` so Celery re-sends it (up to the job's max attempts);
+- a transient error (database or broker connection, timeout) gives the job back, sent again
+  after a back-off (up to the job's max attempts);
 - anything else fails the job with the exception as its reason (not retried: it would fail again).
 """
 
@@ -50,14 +50,6 @@ TRANSIENT: tuple[type[BaseException], ...] = (
     ConnectionError,
     TimeoutError,
 )
-
-
-class RetryLater(Exception):
-    """A transient error: the job was given back and should be re-sent after ``countdown``."""
-
-    def __init__(self, reason: str, countdown: float):
-        super().__init__(reason)
-        self.countdown = countdown
 
 
 @dataclass
@@ -182,10 +174,11 @@ def run_stage(runtime: Runtime, job_id: int, stage: Stage, fn: StageFn, *, worke
         log.warning("job %s: transient error in %s: %s", job_id, stage.name, reason)
         try:
             with runtime.db.session() as session:
-                service.release_for_retry(session, claimed, reason)
+                countdown = min(60.0, 2.0 * 2 ** (claimed.attempt - 1))
+                service.release_for_retry(session, claimed, reason, countdown=countdown)
         except Exception:
             log.warning("job %s: could not give the job back; the reaper will", job_id, exc_info=True)
-        raise RetryLater(reason, countdown=min(60.0, 2.0 * 2 ** (claimed.attempt - 1))) from exc
+        return "retry"
     except Exception as exc:  # a dock error (the input's fault) or a bug: fail with the reason
         reason = _reason(exc)
         if not isinstance(exc, DockError | DBAPIError):

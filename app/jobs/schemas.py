@@ -31,6 +31,9 @@ class JobRead(BaseModel):
     task_id: int | None
     space_id: str | None
     created_at: datetime
+    published_at: datetime | None = Field(
+        default=None, description="when the broker took the job's current message (None: not yet)"
+    )
     started_at: datetime | None
     finished_at: datetime | None
 

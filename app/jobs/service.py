@@ -72,11 +72,10 @@ def create_job(
         task_id=task_id,
         space_id=space_id,
         created_at=now,
-        dispatched_at=now,
     )
     session.add(job)
     session.flush()
-    enqueue(session, job.id, first_stage)
+    enqueue(session, job, first_stage)
     return job
 
 
@@ -136,7 +135,6 @@ def retry_job(session: Session, job_id: int, key: ApiKey) -> Job:
     job.finished_at = None
     job.worker = None
     job.heartbeat_at = None
-    job.dispatched_at = utcnow()
     job.message = f"retried by key {key.prefix}"
     job.log = _appended(job.log, _line(f"{job.message}: queued {step.name} on the {step.queue} queue"))
     if job.learnware_id is not None:
@@ -150,7 +148,7 @@ def retry_job(session: Session, job_id: int, key: ApiKey) -> Job:
             update(UserTask).where(UserTask.id == job.task_id).values(status=TaskStatus.pending, error=None)
         )
     session.flush()
-    enqueue(session, job.id, step)
+    enqueue(session, job, step)
     return job
 
 
@@ -253,12 +251,10 @@ def advance(session: Session, claim_: Claim, next_stage: Stage, *, progress: flo
     job.heartbeat_at = None
     job.progress = progress
     job.message = message
-    job.dispatched_at = utcnow()
     job.log = _appended(
         job.log, _line(f"{message}; queued {next_stage.name} on the {next_stage.queue} queue")
     )
-    session.flush()
-    enqueue(session, job.id, next_stage)
+    enqueue(session, job, next_stage)
 
 
 def succeed(session: Session, claim_: Claim, *, result: dict[str, Any], message: str) -> None:
@@ -271,15 +267,16 @@ def succeed(session: Session, claim_: Claim, *, result: dict[str, Any], message:
     job.log = _appended(job.log, _line(message))
 
 
-def release_for_retry(session: Session, claim_: Claim, reason: str) -> None:
-    """Give the job back to the queue after a transient error (Celery re-sends it)."""
+def release_for_retry(session: Session, claim_: Claim, reason: str, *, countdown: float) -> None:
+    """Give the job back to the queue after a transient error: sent again after ``countdown``
+    seconds (through the dispatcher, so a broker that is down too does not strand it)."""
     job = _owned_job(session, claim_)
     job.state = JobState.queued
     job.worker = None
     job.heartbeat_at = None
-    job.dispatched_at = utcnow()
-    job.message = f"transient error, will retry: {reason}"
+    job.message = f"transient error, will retry in {countdown:.0f} s: {reason}"
     job.log = _appended(job.log, _line(job.message))
+    enqueue(session, job, stage(job.stage), countdown=countdown)
 
 
 def fail(session: Session, job_id: int, attempt: int | None, reason: str, *, rejected: bool) -> bool:
@@ -333,6 +330,7 @@ class ReapReport:
     requeued: list[int] = field(default_factory=list)
     failed: list[int] = field(default_factory=list)
     redispatched: list[int] = field(default_factory=list)
+    republished: list[int] = field(default_factory=list)
 
 
 def reap(
@@ -340,12 +338,16 @@ def reap(
     *,
     stale_after: timedelta,
     redispatch_after: timedelta,
-    waiting: Mapping[str, int | None] | None = None,
+    republish_after: timedelta = timedelta(seconds=10),
+    waiting: Mapping[str, int] | None = None,
+    broker_up: bool = True,
 ) -> ReapReport:
-    """Re-queue running jobs whose worker stopped beating (or fail them at max attempts), and
-    re-send queued jobs nobody claimed for a long time whose queue is empty: their message was
-    lost (a publish that failed after the commit, a broker that lost its data). ``waiting`` is
-    the broker's message count per queue; a queue with messages waiting is only backlogged."""
+    """Re-queue running jobs whose worker stopped beating (or fail them at max attempts), send
+    again the queued jobs whose message the broker never took (their publish failed after the
+    commit), once the broker answers (``broker_up``), and re-send queued jobs nobody claimed for
+    a long time whose queue is empty: their message was lost (a broker that lost its data).
+    ``waiting`` is the broker's message count per queue (None: unknown); a queue with messages
+    waiting is only backlogged."""
     now = utcnow()
     report = ReapReport()
     stale = session.scalars(
@@ -363,25 +365,40 @@ def reap(
         job.state = JobState.queued
         job.worker = None
         job.heartbeat_at = None
-        job.dispatched_at = now
         job.message = f"{lost}; re-queued"
         job.log = _appended(
             job.log, _line(f"{job.message} (attempt {job.attempts} of {job.max_attempts} used)", now)
         )
-        session.flush()
-        enqueue(session, job.id, stage(job.stage))
+        enqueue(session, job, stage(job.stage))
         report.requeued.append(job.id)
+    if not broker_up:  # sending now would fail again; the next pass tries
+        return report
+    unpublished = session.scalars(
+        select(Job)
+        .where(
+            Job.state == JobState.queued,
+            Job.published_at.is_(None),
+            or_(Job.dispatched_at.is_(None), Job.dispatched_at < now - republish_after),
+        )
+        .with_for_update(skip_locked=True)
+    ).all()
+    for job in unpublished:
+        job.log = _appended(job.log, _line("the broker had not taken the job's message; sent again", now))
+        enqueue(session, job, stage(job.stage))
+        report.republished.append(job.id)
     forgotten = session.scalars(
         select(Job)
-        .where(Job.state == JobState.queued, Job.dispatched_at < now - redispatch_after)
+        .where(
+            Job.state == JobState.queued,
+            Job.published_at.is_not(None),
+            Job.dispatched_at < now - redispatch_after,
+        )
         .with_for_update(skip_locked=True)
     ).all()
     for job in forgotten:
         if waiting is not None and waiting.get(job.queue) != 0:
             continue
-        job.dispatched_at = now
         job.log = _appended(job.log, _line("no worker claimed the job; sent again", now))
-        session.flush()
-        enqueue(session, job.id, stage(job.stage))
+        enqueue(session, job, stage(job.stage))
         report.redispatched.append(job.id)
     return report

@@ -72,7 +72,10 @@ def merge(
     method: Annotated[str, typer.Option("--method", help="see `pavedock merge-methods`")] = "iso_c",
     params: Params = "{}",
     name: Name = None,
-    private: Annotated[bool, typer.Option("--private/--public")] = False,
+    private: Annotated[
+        bool | None,
+        typer.Option("--private/--public", help="default: private for a user key, public for a developer's"),
+    ] = None,
     wait: Wait = True,
     url: Url = DEFAULT_URL,
     key: Key = None,

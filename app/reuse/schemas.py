@@ -6,6 +6,12 @@ from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
 
+PRIVATE = (
+    "private learnwares are seen by their owner alone and never indexed. A user key's results are "
+    "always private (omitted: private); publishing one (false) takes a developer or admin key, whose "
+    "results are public unless true"
+)
+
 
 class Shots(BaseModel):
     """Labelled examples (class ids or names into ``label_names``)."""
@@ -28,7 +34,7 @@ class MergeCreate(BaseModel):
     method: str = Field(description="a merge method: GET /v1/merge-methods lists them with their parameters")
     params: dict[str, Any] = Field(default_factory=dict)
     name: str | None = Field(default=None, max_length=128)
-    private: bool = Field(default=False, description="private learnwares are seen by their owner alone")
+    private: bool | None = Field(default=None, description=PRIVATE)
     eval: Shots | None = Field(default=None, description="shots to report the merged model's accuracy on")
 
 
@@ -39,7 +45,10 @@ class FinetuneCreate(Shots):
     steps: int = Field(default=30, ge=1, le=1000)
     holdout: float = Field(default=0.25, ge=0.0, lt=1.0)
     name: str | None = Field(default=None, max_length=128)
-    private: bool = True
+    private: bool = Field(
+        default=True,
+        description="a fine-tune is private unless false; publishing one takes a developer or admin key",
+    )
     seed: int = 0
 
 
@@ -55,7 +64,7 @@ class TransferCreate(BaseModel):
         default=None, description="their labels; omitted: the learnware's own predictions are used"
     )
     name: str | None = Field(default=None, max_length=128)
-    private: bool = False
+    private: bool | None = Field(default=None, description=PRIVATE)
 
     @model_validator(mode="after")
     def _same_length(self) -> TransferCreate:

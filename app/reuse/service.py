@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app.api.errors import Conflict
+from app.api.errors import Conflict, Forbidden
 from app.db.models import ApiKey, Job, Learnware, LearnwareStatus, Role, TaskStatus, UserTask
 from app.jobs import service as jobs
 from app.jobs.stages import REUSE_FINETUNE, REUSE_MERGE, REUSE_TRANSFER, Stage
@@ -30,6 +30,20 @@ from app.tasks.service import class_ids, get_owned
 MERGE = "reuse.merge"
 FINETUNE = "reuse.finetune"
 TRANSFER = "reuse.transfer"
+
+
+def result_privacy(key: ApiKey, private: bool | None, *, default: bool) -> bool:
+    """Whether a reuse result is private. What a user key creates is that user's own: publishing
+    a learnware (private: false) is a developer's act (or an admin's). ``None``: the route's
+    ``default`` for developers and admins, private for users."""
+    if key.role == Role.user:
+        if private is False:
+            raise Forbidden(
+                "a user key's reuse results are private to it: publishing a learnware (private: false) "
+                "takes a developer or admin key; omit private or send true"
+            )
+        return True
+    return default if private is None else private
 
 
 def _ready(session: Session, key: ApiKey, learnware_id: int) -> Learnware:
@@ -145,6 +159,7 @@ def _finetune_params(
 
 
 def create_merge(session: Session, runtime: Runtime, key: ApiKey, body: MergeCreate) -> Job:
+    private = result_privacy(key, body.private, default=False)
     if len(set(body.learnware_ids)) != len(body.learnware_ids):
         raise InvalidInput(f"learnware ids repeat: {body.learnware_ids}")
     learnwares = [_mergeable(session, key, i) for i in body.learnware_ids]
@@ -153,16 +168,17 @@ def create_merge(session: Session, runtime: Runtime, key: ApiKey, body: MergeCre
         body.method,
         body.params,
         body.name,
-        body.private,
+        private,
         _shots(body.eval) if body.eval else None,
     )
     return _job(session, runtime, key, MERGE, REUSE_MERGE, params)
 
 
 def create_finetune(session: Session, runtime: Runtime, key: ApiKey, body: FinetuneCreate) -> Job:
+    private = result_privacy(key, body.private, default=True)
     learnware = _adapter(session, key, body.learnware_id)
     params = _finetune_params(learnware, _shots(body), body.steps, body.holdout, body.seed, body.name)
-    return _job(session, runtime, key, FINETUNE, REUSE_FINETUNE, {**params, "private": body.private})
+    return _job(session, runtime, key, FINETUNE, REUSE_FINETUNE, {**params, "private": private})
 
 
 def _ranked_adapters(session: Session, key: ApiKey, task: UserTask) -> tuple[list[Learnware], list[int]]:
@@ -248,6 +264,7 @@ def create_transfer(session: Session, runtime: Runtime, key: ApiKey, body: Trans
     from app.ml.encoders import registered_bases
     from app.ml.transfer import base_model_type, check_pair, get_method
 
+    private = result_privacy(key, body.private, default=False)
     learnware = _adapter(session, key, body.learnware_id)
     method = get_method(body.method)
     if method.output != "adapter":
@@ -278,6 +295,6 @@ def create_transfer(session: Session, runtime: Runtime, key: ApiKey, body: Trans
             "labels": labels,
             "label_names": list(learnware.label_names),
             "name": body.name or f"{learnware.name} on {body.target_base}"[:128],
-            "private": body.private,
+            "private": private,
         },
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import update
@@ -297,3 +298,55 @@ def test_task_reuse_refuses_what_it_cannot_do(
     # One adapter: the fine-tune runs, the merge is skipped with its reason.
     status, text = post(one_adapter)
     assert status == 202 and "only one adapter learnware (rank 1)" in text
+
+
+def test_a_user_key_cannot_publish_what_it_creates(
+    client: TestClient, keys: Keys, runtime: Runtime, market: dict[str, int]
+) -> None:
+    """What a user key creates is private to it; publishing is a developer's (or admin's) act."""
+    merge = {"learnware_ids": [market["sst2"], market["spam"]], "method": "task_arithmetic"}
+    tune = {**SHOTS, "learnware_id": market["sst2"]}
+    transfer = {"learnware_id": market["sst2"], "target_base": "all-mpnet-base-v2", "texts": SHOTS["texts"]}
+    routes = {"/v1/merges": merge, "/v1/finetunes": tune, "/v1/transfers": transfer}
+    before = broker_messages(runtime)
+    for route, body in routes.items():
+        response = client.post(route, json={**body, "private": False}, headers=keys.auth("user"))
+        assert response.status_code == 403, (route, response.text)
+        error = response.json()["error"]
+        assert error["code"] == "forbidden" and "developer or admin key" in error["message"]
+    assert broker_messages(runtime) == before  # nothing queued
+
+    def private_of(response: httpx.Response) -> bool:
+        assert response.status_code == 202, response.text
+        with runtime.db.session() as session:
+            job = session.get(Job, response.json()["job_id"])
+            assert job is not None and job.params is not None
+            return bool(job.params["private"])
+
+    routes.pop("/v1/transfers")  # accepting one needs the MPNet base installed (tests/e2e does)
+    for route, body in routes.items():
+        # A user's result is private, asked or not.
+        assert private_of(client.post(route, json=body, headers=keys.auth("user"))) is True
+        assert private_of(client.post(route, json={**body, "private": True}, headers=keys.auth("user")))
+        # A developer and an admin may publish.
+        for who in ("developer", "admin"):
+            published = client.post(route, json={**body, "private": False}, headers=keys.auth(who))
+            assert private_of(published) is False
+    # A merge or transfer by a developer is public unless asked; a fine-tune private unless asked.
+    assert private_of(client.post("/v1/merges", json=merge, headers=keys.auth("developer"))) is False
+    assert private_of(client.post("/v1/finetunes", json=tune, headers=keys.auth("developer"))) is True
+
+
+def test_what_a_task_reuse_creates_is_private_to_its_user(
+    client: TestClient, keys: Keys, runtime: Runtime, market: dict[str, int]
+) -> None:
+    task_id = identified_task(runtime, client, keys, [market["sst2"], market["spam"]])
+    # Asking for a public result changes nothing: this route has no way to publish.
+    for body in ({**REUSE_SHOTS, "merge_k": 2}, {**REUSE_SHOTS, "merge_k": 2, "private": False}):
+        response = client.post(f"/v1/tasks/{task_id}/reuse", json=body, headers=keys.auth("user"))
+        assert response.status_code == 202, response.text
+        out = response.json()
+        with runtime.db.session() as session:
+            for choice in (out["finetune"], out["merge"]):
+                job = session.get(Job, choice["job_id"])
+                assert job is not None and job.params is not None and job.params["private"] is True

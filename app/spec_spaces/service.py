@@ -11,12 +11,17 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from sqlalchemy import select
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.api.errors import NotFound
+from app.db.base import utcnow
 from app.db.models import SpecSpaceRecord
 from app.ml.encoders import resolve_base, weights_sha256
 from app.ml.errors import IncompatibleSpec
@@ -34,20 +39,48 @@ def default_space_id(settings: Settings) -> str:
 
 
 def register_spaces(session: Session, settings: Settings) -> list[SpecSpaceRecord]:
-    """Make sure every configured space has its row (loading a space only when it is new)."""
+    """Make sure every configured space has its row (loading a space only when it is new).
+
+    Safe when several processes start at once on a fresh database (two API workers): the row is
+    inserted only if absent (a concurrent insert of the same space wins and this one does
+    nothing), then read back; the space's id is its content, so both processes mean one row."""
     records = []
     for config in settings.space_configs:
         sid = configured_space_id(config)
         record = session.get(SpecSpaceRecord, sid)
         if record is None:
             space = load_space(config)
-            record = SpecSpaceRecord(
-                id=space.id, dim=space.dim, config=config_dict(config), description=space.describe()
+            _insert_if_absent(
+                session,
+                {
+                    "id": space.id,
+                    "dim": space.dim,
+                    "config": config_dict(config),
+                    "description": space.describe(),
+                },
             )
-            session.add(record)
-            session.flush()
+            record = session.get(SpecSpaceRecord, sid, populate_existing=True)
+            if record is None:  # pragma: no cover - the insert or a concurrent one made it
+                raise RuntimeError(f"spec space {sid} was not registered")
         records.append(record)
     return records
+
+
+def _insert_if_absent(session: Session, values: dict[str, Any]) -> None:
+    """INSERT ... ON CONFLICT DO NOTHING on PostgreSQL and SQLite; elsewhere an insert in a
+    savepoint whose unique violation means another process registered the space first."""
+    values = {**values, "index_version": 0, "created_at": utcnow()}
+    dialect = session.get_bind().dialect.name
+    if dialect in ("postgresql", "sqlite"):
+        insert = postgresql_insert if dialect == "postgresql" else sqlite_insert
+        statement = insert(SpecSpaceRecord).values(**values).on_conflict_do_nothing(index_elements=["id"])
+        session.execute(statement)
+        return
+    try:
+        with session.begin_nested():
+            session.add(SpecSpaceRecord(**values))
+    except IntegrityError:
+        pass
 
 
 def get_space(session: Session, sid: str) -> SpecSpaceRecord:

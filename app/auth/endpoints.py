@@ -7,6 +7,7 @@ from datetime import timedelta
 from fastapi import APIRouter
 
 from app.api.deps import SessionDep
+from app.api.types import PathId
 from app.auth import repository, service
 from app.auth.dependencies import AdminKey, CurrentKey
 from app.auth.schemas import KeyCreate, KeyIssued, KeyRead
@@ -37,6 +38,6 @@ def list_keys(_admin: AdminKey, session: SessionDep) -> list[KeyRead]:
 
 
 @router.delete("/v1/admin/keys/{key_id}", response_model=KeyRead)
-def revoke_key(key_id: int, _admin: AdminKey, session: SessionDep) -> KeyRead:
+def revoke_key(key_id: PathId, _admin: AdminKey, session: SessionDep) -> KeyRead:
     """Revoke a key (admin only); requests with it get 401 from now on."""
     return KeyRead.model_validate(service.revoke_key(session, key_id))

@@ -6,13 +6,16 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.api.types import Text
 from app.db.models import Role
 
 
 class KeyCreate(BaseModel):
     role: Role
-    name: str = Field(min_length=1, max_length=100)
-    expires_in_days: float | None = Field(default=None, gt=0, description="none: never expires")
+    name: Text = Field(min_length=1, max_length=100)
+    expires_in_days: float | None = Field(
+        default=None, gt=0, le=36500, allow_inf_nan=False, description="none: never expires"
+    )
 
 
 class KeyRead(BaseModel):

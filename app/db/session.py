@@ -67,6 +67,7 @@ class Database:
 
 
 _AFTER_COMMIT = "pavedock_after_commit"
+_AFTER_ROLLBACK = "pavedock_after_rollback"
 
 
 def on_commit(session: Session, callback: Callable[[], None]) -> None:
@@ -76,6 +77,7 @@ def on_commit(session: Session, callback: Callable[[], None]) -> None:
 
 @event.listens_for(Session, "after_commit")
 def _run_after_commit(session: Session) -> None:
+    session.info.pop(_AFTER_ROLLBACK, None)
     for callback in session.info.pop(_AFTER_COMMIT, []):
         try:
             callback()
@@ -83,6 +85,17 @@ def _run_after_commit(session: Session) -> None:
             log.exception("after-commit callback %r failed", callback)
 
 
+def on_rollback(session: Session, callback: Callable[[], None]) -> None:
+    """Run ``callback`` if the session's transaction rolls back (dropped on commit): undo what
+    was written outside the database, such as a stored artifact."""
+    session.info.setdefault(_AFTER_ROLLBACK, []).append(callback)
+
+
 @event.listens_for(Session, "after_rollback")
 def _drop_after_rollback(session: Session) -> None:
     session.info.pop(_AFTER_COMMIT, None)
+    for callback in session.info.pop(_AFTER_ROLLBACK, []):
+        try:
+            callback()
+        except Exception:
+            log.exception("after-rollback callback %r failed", callback)

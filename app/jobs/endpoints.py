@@ -12,6 +12,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
 from app.api.deps import RuntimeDep, SessionDep
+from app.api.types import OffsetQuery, PathId, PathText, TextQuery
 from app.auth.dependencies import AdminKey, CurrentKey
 from app.db.models import Job, JobState
 from app.jobs import service
@@ -26,7 +27,7 @@ _KEEPALIVE_S = 15.0
 
 
 @router.get("/v1/jobs/{job_id}", response_model=JobRead)
-def get_job(job_id: int, key: CurrentKey, session: SessionDep) -> JobRead:
+def get_job(job_id: PathId, key: CurrentKey, session: SessionDep) -> JobRead:
     """A job's state, stage, progress, log, result or error (its owner or an admin)."""
     return JobRead.model_validate(service.get_visible_job(session, job_id, key))
 
@@ -37,7 +38,7 @@ def get_job(job_id: int, key: CurrentKey, session: SessionDep) -> JobRead:
     responses={200: {"content": {"text/event-stream": {}}, "description": "`job` events until the job ends"}},
 )
 def stream_job(
-    job_id: int, key: CurrentKey, session: SessionDep, runtime: RuntimeDep, request: Request
+    job_id: PathId, key: CurrentKey, session: SessionDep, runtime: RuntimeDep, request: Request
 ) -> StreamingResponse:
     """Server-sent events: a ``job`` event (the JobRead JSON) at every change, until it ends."""
     service.get_visible_job(session, job_id, key)
@@ -70,7 +71,7 @@ def stream_job(
 
 
 @router.post("/v1/jobs/{job_id}/cancel", response_model=JobRead)
-def cancel_job(job_id: int, key: CurrentKey, session: SessionDep) -> JobRead:
+def cancel_job(job_id: PathId, key: CurrentKey, session: SessionDep) -> JobRead:
     """Cancel a queued or running job (its owner or an admin)."""
     return JobRead.model_validate(service.cancel_job(session, job_id, key))
 
@@ -80,8 +81,8 @@ def list_jobs(
     _admin: AdminKey,
     session: SessionDep,
     state: JobState | None = None,
-    kind: str | None = None,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    kind: TextQuery = None,
+    offset: OffsetQuery = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> JobPage:
     """Jobs, newest first, filtered by state and kind (admin only)."""
@@ -90,13 +91,15 @@ def list_jobs(
 
 
 @router.post("/v1/admin/jobs/{job_id}/retry", response_model=JobRead)
-def retry_job(job_id: int, admin: AdminKey, session: SessionDep) -> JobRead:
+def retry_job(job_id: PathId, admin: AdminKey, session: SessionDep) -> JobRead:
     """Run a failed or cancelled job again from the stage where it stopped (admin only)."""
     return JobRead.model_validate(service.retry_job(session, job_id, admin))
 
 
 @router.post("/v1/admin/spec-spaces/{space_id}/rebuild", response_model=JobSubmitted, status_code=202)
-def rebuild_index(space_id: str, admin: AdminKey, session: SessionDep, runtime: RuntimeDep) -> JobSubmitted:
+def rebuild_index(
+    space_id: PathText, admin: AdminKey, session: SessionDep, runtime: RuntimeDep
+) -> JobSubmitted:
     """Rebuild a space's index from the specs in the database, in a worker (admin only)."""
     record = get_space(session, space_id)
     job = service.create_job(

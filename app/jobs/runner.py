@@ -131,9 +131,18 @@ class _Heartbeat(threading.Thread):
         self.join(timeout=5)
 
 
-def _reason(exc: BaseException) -> str:
+def _reason(exc: BaseException, stage: Stage | None = None) -> str:
+    """Why the job failed, for its owner. A dock error says it in its own words; anything else is
+    a fault of the dock, said so with what was being done (the worker's log has the traceback)."""
     text = str(exc).strip() or type(exc).__name__
-    return text if isinstance(exc, DockError) else f"internal error: {type(exc).__name__}: {text}"
+    if isinstance(exc, DockError):
+        return text
+    first = text.splitlines()[0][:500]
+    doing = f" while the worker was to {stage.description}" if stage is not None else ""
+    return (
+        f"the dock failed{doing} ({type(exc).__name__}: {first}); this is not a problem of your "
+        "input that the dock recognised: retry the job, and report it with the job id if it fails again"
+    )
 
 
 def run_stage(runtime: Runtime, job_id: int, stage: Stage, fn: StageFn, *, worker: str) -> str:
@@ -180,7 +189,7 @@ def run_stage(runtime: Runtime, job_id: int, stage: Stage, fn: StageFn, *, worke
             log.warning("job %s: could not give the job back; the reaper will", job_id, exc_info=True)
         return "retry"
     except Exception as exc:  # a dock error (the input's fault) or a bug: fail with the reason
-        reason = _reason(exc)
+        reason = _reason(exc, stage)
         if not isinstance(exc, DockError | DBAPIError):
             log.exception("job %s: %s failed", job_id, stage.name)
         with runtime.db.session() as session:

@@ -9,6 +9,7 @@ from fastapi import APIRouter, File, Query, UploadFile
 from fastapi.responses import StreamingResponse
 
 from app.api.deps import RuntimeDep, SessionDep
+from app.api.types import PageQuery, PathId, TextQuery
 from app.api.uploads import saved_upload
 from app.auth.dependencies import AdminKey, CurrentKey, DeveloperKey
 from app.db.models import LearnwareStatus
@@ -63,12 +64,12 @@ def list_learnwares(
     session: SessionDep,
     status: LearnwareStatus | None = None,
     mine: Annotated[bool, Query(description="only learnwares of this key")] = False,
-    task_type: str | None = None,
-    model_format: str | None = None,
-    tag: str | None = None,
-    q: Annotated[str | None, Query(max_length=200, description="text in the name or description")] = None,
-    space_id: str | None = None,
-    page: Annotated[int, Query(ge=1)] = 1,
+    task_type: TextQuery = None,
+    model_format: TextQuery = None,
+    tag: TextQuery = None,
+    q: Annotated[TextQuery, Query(description="text in the name or description")] = None,
+    space_id: TextQuery = None,
+    page: PageQuery = 1,
     limit: Annotated[int, Query(ge=1, le=200)] = 20,
 ) -> Page[LearnwareRead]:
     """Ready learnwares (and your own in any state; admins see all), newest first."""
@@ -94,7 +95,7 @@ def list_learnwares(
 
 
 @router.get("/v1/learnwares/{learnware_id}", response_model=LearnwareRead)
-def get_learnware(learnware_id: int, key: CurrentKey, session: SessionDep) -> LearnwareRead:
+def get_learnware(learnware_id: PathId, key: CurrentKey, session: SessionDep) -> LearnwareRead:
     """One learnware: manifest fields, status (with the reason when refused), validation log."""
     return LearnwareRead.model_validate(service.get_visible(session, key, learnware_id))
 
@@ -105,7 +106,7 @@ def get_learnware(learnware_id: int, key: CurrentKey, session: SessionDep) -> Le
     responses={200: {"content": {"application/zip": {}}, "description": "the package zip"}},
 )
 def download_package(
-    learnware_id: int, key: CurrentKey, session: SessionDep, runtime: RuntimeDep
+    learnware_id: PathId, key: CurrentKey, session: SessionDep, runtime: RuntimeDep
 ) -> StreamingResponse:
     """Download the learnware's package zip (its sha256 is in the ``X-Content-SHA256`` header)."""
     learnware = service.get_visible(session, key, learnware_id)
@@ -131,21 +132,21 @@ def download_package(
 
 @router.delete("/v1/learnwares/{learnware_id}", response_model=LearnwareRead)
 def delete_learnware(
-    learnware_id: int, key: CurrentKey, session: SessionDep, runtime: RuntimeDep
+    learnware_id: PathId, key: CurrentKey, session: SessionDep, runtime: RuntimeDep
 ) -> LearnwareRead:
     """Delete a learnware (its owner or an admin): it leaves the index at once."""
     return LearnwareRead.model_validate(service.delete(session, runtime, key, learnware_id))
 
 
 @router.post("/v1/admin/learnwares/{learnware_id}/approve", response_model=LearnwareRead)
-def approve_learnware(learnware_id: int, admin: AdminKey, session: SessionDep) -> LearnwareRead:
+def approve_learnware(learnware_id: PathId, admin: AdminKey, session: SessionDep) -> LearnwareRead:
     """Approve a learnware awaiting review: it is indexed (admin only)."""
     return LearnwareRead.model_validate(service.approve(session, admin, learnware_id))
 
 
 @router.post("/v1/admin/learnwares/{learnware_id}/reject", response_model=LearnwareRead)
 def reject_learnware(
-    learnware_id: int, body: ReviewDecision, admin: AdminKey, session: SessionDep
+    learnware_id: PathId, body: ReviewDecision, admin: AdminKey, session: SessionDep
 ) -> LearnwareRead:
     """Reject a learnware awaiting review, with a reason (admin only)."""
     return LearnwareRead.model_validate(service.reject(session, admin, learnware_id, body.reason))

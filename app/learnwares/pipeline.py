@@ -28,10 +28,10 @@ from app.db.base import utcnow
 from app.db.models import Learnware, LearnwareStatus, Spec, SpecKind, SpecSource, SpecSpaceRecord
 from app.index.registry import bump_index_version, vector_from_bytes
 from app.jobs import service as jobs
-from app.jobs.runner import JobContext
+from app.jobs.runner import TRANSIENT, JobContext
 from app.jobs.stages import FIT_LEARNWARE_SPEC
 from app.learnwares.service import package_limits, spec_row
-from app.ml.errors import IncompatibleSpec, InvalidPackage
+from app.ml.errors import DockError, IncompatibleSpec, InvalidPackage
 from app.ml.packages import LearnwarePackage, extract_package
 from app.spec_spaces.service import check_spec
 
@@ -106,6 +106,30 @@ def _begin(ctx: JobContext, status: LearnwareStatus) -> _Snapshot | None:
         )
 
 
+@contextmanager
+def _package_at_fault(doing: str) -> Iterator[None]:
+    """A library error while loading or running the package's own model is the package's fault
+    (its files passed the checks but do not load or run): the learnware is rejected with what
+    failed, in words the developer can act on, instead of failing as an internal error."""
+    try:
+        yield
+    except DockError:
+        raise
+    except TRANSIENT:
+        raise
+    except (MemoryError, RecursionError) as exc:
+        raise InvalidPackage(
+            f"{doing} exhausted the worker ({type(exc).__name__}): the model is too large or too deep "
+            "for this dock"
+        ) from exc
+    except Exception as exc:
+        detail = str(exc).strip().splitlines()[0][:500] if str(exc).strip() else "no message"
+        raise InvalidPackage(
+            f"{doing} failed: {type(exc).__name__}: {detail}. Check that the package's model files "
+            "load and run with their library outside the dock, then submit it again"
+        ) from exc
+
+
 def validate(ctx: JobContext) -> None:
     """Run the model on its declared inputs; store the predictions for the spec stage."""
     from app.ml.runners import load_runner  # torch-heavy: only in workers
@@ -118,7 +142,8 @@ def validate(ctx: JobContext) -> None:
     with extracted(ctx, snap.package_sha256) as package:
         manifest = package.manifest
         started = time.perf_counter()
-        runner = load_runner(package)
+        with _package_at_fault(f"loading the {manifest.model_format} model from the package"):
+            runner = load_runner(package)
         if list(runner.label_names) != list(manifest.label_names):
             raise InvalidPackage(
                 f"the model's label names {runner.label_names} differ from the manifest's {manifest.label_names}"
@@ -129,7 +154,10 @@ def validate(ctx: JobContext) -> None:
         probs: list[np.ndarray] = []
         started = time.perf_counter()
         for start in range(0, len(texts), _PREDICT_BATCH):
-            batch = runner.predict(texts[start : start + _PREDICT_BATCH])
+            with _package_at_fault(
+                f"running the model on its declared inputs {start + 1}-{start + _PREDICT_BATCH}"
+            ):
+                batch = runner.predict(texts[start : start + _PREDICT_BATCH])
             labels.append(batch.labels)
             if batch.probs is not None:
                 probs.append(batch.probs)

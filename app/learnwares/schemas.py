@@ -7,6 +7,7 @@ from typing import Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.api.types import Text
 from app.db.models import LearnwareStatus
 
 T = TypeVar("T")
@@ -60,4 +61,4 @@ class LearnwareSubmitted(BaseModel):
 
 
 class ReviewDecision(BaseModel):
-    reason: str | None = Field(default=None, max_length=2000)
+    reason: Text | None = Field(default=None, max_length=2000)

@@ -17,9 +17,10 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from app.api.errors import Conflict, Forbidden, NotFound
+from app.api.types import find_unstorable
 from app.db.base import utcnow
 from app.db.models import ApiKey, Job, JobState, Learnware, LearnwareStatus, Role, Spec, SpecKind, SpecSource
-from app.db.session import on_commit
+from app.db.session import on_commit, on_rollback
 from app.index.registry import bump_index_version
 from app.jobs import service as jobs
 from app.jobs.stages import VALIDATE_LEARNWARE
@@ -98,12 +99,15 @@ def submit(
         )
         vector = spaces.check_spec(uploaded.vector, record, uploaded.space_id) if uploaded else None
         manifest = package.manifest
-        existing = repository.duplicate_of(session, owner.id, sha256_file(package_zip))
+        problem = find_unstorable(manifest.model_dump(mode="json"), "manifest")
+        if problem:
+            raise InvalidPackage(f"learnware.yaml: {problem}")
+        sha = sha256_file(package_zip)
+        existing = repository.duplicate_of(session, owner.id, sha)
         if existing is not None:
             raise Conflict(
                 f"this package was already submitted as learnware {existing.id} ({existing.status.value})"
             )
-        sha = runtime.store.put_file(package_zip)
         uploaded_spec = None
         if vector is not None and uploaded is not None:
             uploaded_spec = spec_row(
@@ -149,9 +153,27 @@ def submit(
             learnware_id=learnware.id,
             space_id=record.id,
         )
+        _store_package(session, runtime, package_zip, sha)
         return learnware, job
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _store_package(session: Session, runtime: Runtime, package_zip: Path, sha: str) -> None:
+    """Store the package once its rows are written (a row the database refuses stores nothing);
+    if the transaction then fails, a blob this request added and no learnware names is removed."""
+    new = not runtime.store.exists(sha)
+    if runtime.store.put_file(package_zip) != sha:
+        raise RuntimeError(f"the package changed while it was being stored (expected sha256 {sha})")
+    if new:
+        on_rollback(session, lambda: _remove_unreferenced(runtime, sha))
+
+
+def _remove_unreferenced(runtime: Runtime, sha: str) -> None:
+    with runtime.db.session() as session:
+        if repository.package_in_use(session, sha, except_id=0):
+            return
+    runtime.store.delete(sha)
 
 
 def get_visible(session: Session, key: ApiKey, learnware_id: int) -> Learnware:

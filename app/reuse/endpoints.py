@@ -6,6 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from app.api.deps import RuntimeDep, SessionDep
+from app.api.types import PathId
 from app.auth.dependencies import CurrentKey
 from app.reuse import service
 from app.reuse.schemas import (
@@ -56,7 +57,7 @@ def post_transfer(
 
 @router.post("/v1/tasks/{task_id}/reuse", response_model=TaskReuseSubmitted, status_code=202)
 def post_task_reuse(
-    task_id: int, body: TaskReuseCreate, key: CurrentKey, session: SessionDep, runtime: RuntimeDep
+    task_id: PathId, body: TaskReuseCreate, key: CurrentKey, session: SessionDep, runtime: RuntimeDep
 ) -> TaskReuseSubmitted:
     """Identify, then reuse: fine-tune the task's top adapter (PAVE♦) and merge its top k into your
     private learnwares; each job's result gives its held-out accuracy beside the top-1's as it is."""

@@ -6,6 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
 
+from app.api.types import ClassId, Id, Json, Label, Name, Seed, Shot, Text
+
 PRIVATE = (
     "private learnwares are seen by their owner alone and never indexed. A user key's results are "
     "always private (omitted: private); publishing one (false) takes a developer or admin key, whose "
@@ -16,9 +18,9 @@ PRIVATE = (
 class Shots(BaseModel):
     """Labelled examples (class ids or names into ``label_names``)."""
 
-    texts: list[str] = Field(min_length=2, max_length=2000)
-    labels: list[int] | list[str] = Field(min_length=2, max_length=2000)
-    label_names: list[str] = Field(min_length=2, max_length=1000)
+    texts: list[Shot] = Field(min_length=2, max_length=2000)
+    labels: list[ClassId] | list[Label] = Field(min_length=2, max_length=2000)
+    label_names: list[Label] = Field(min_length=2, max_length=1000)
 
     @model_validator(mode="after")
     def _same_length(self) -> Shots:
@@ -30,10 +32,12 @@ class Shots(BaseModel):
 class MergeCreate(BaseModel):
     """Merge LoRA learnwares of one base into one new learnware."""
 
-    learnware_ids: list[int] = Field(min_length=2, max_length=16)
-    method: str = Field(description="a merge method: GET /v1/merge-methods lists them with their parameters")
-    params: dict[str, Any] = Field(default_factory=dict)
-    name: str | None = Field(default=None, max_length=128)
+    learnware_ids: list[Id] = Field(min_length=2, max_length=16)
+    method: Text = Field(
+        max_length=64, description="a merge method: GET /v1/merge-methods lists them with their parameters"
+    )
+    params: Json = Field(default_factory=dict)
+    name: Name | None = None
     private: bool | None = Field(default=None, description=PRIVATE)
     eval: Shots | None = Field(default=None, description="shots to report the merged model's accuracy on")
 
@@ -41,29 +45,29 @@ class MergeCreate(BaseModel):
 class FinetuneCreate(Shots):
     """Fine-tune a LoRA learnware on your shots (PAVE♦), holding some out to measure."""
 
-    learnware_id: int
+    learnware_id: Id
     steps: int = Field(default=30, ge=1, le=1000)
     holdout: float = Field(default=0.25, ge=0.0, lt=1.0)
-    name: str | None = Field(default=None, max_length=128)
+    name: Name | None = None
     private: bool = Field(
         default=True,
         description="a fine-tune is private unless false; publishing one takes a developer or admin key",
     )
-    seed: int = 0
+    seed: Seed = 0
 
 
 class TransferCreate(BaseModel):
     """Move a LoRA learnware onto another registered base, calibrated on a few inputs."""
 
-    learnware_id: int
-    target_base: str = Field(min_length=1, max_length=256)
-    method: str = "bico"
-    params: dict[str, Any] = Field(default_factory=dict)
-    texts: list[str] = Field(min_length=2, max_length=2000, description="calibration inputs")
-    labels: list[int] | list[str] | None = Field(
+    learnware_id: Id
+    target_base: Text = Field(min_length=1, max_length=256)
+    method: Text = Field(default="bico", max_length=64)
+    params: Json = Field(default_factory=dict)
+    texts: list[Shot] = Field(min_length=2, max_length=2000, description="calibration inputs")
+    labels: list[ClassId] | list[Label] | None = Field(
         default=None, description="their labels; omitted: the learnware's own predictions are used"
     )
-    name: str | None = Field(default=None, max_length=128)
+    name: Name | None = None
     private: bool | None = Field(default=None, description=PRIVATE)
 
     @model_validator(mode="after")
@@ -84,10 +88,10 @@ class TaskReuseCreate(Shots):
     finetune: bool = Field(default=True, description="fine-tune the top-ranked adapter learnware")
     finetune_steps: int = Field(default=30, ge=1, le=1000)
     merge_k: int = Field(default=3, ge=0, le=16, description="merge the top k adapters; 0 or 1: no merge")
-    merge_method: str = Field(default="iso_c", description="GET /v1/merge-methods lists them")
-    merge_params: dict[str, Any] = Field(default_factory=dict)
+    merge_method: Text = Field(default="iso_c", max_length=64, description="GET /v1/merge-methods lists them")
+    merge_params: Json = Field(default_factory=dict)
     holdout: float = Field(default=0.25, gt=0.0, lt=1.0)
-    seed: int = 0
+    seed: Seed = 0
 
 
 class ReuseChoice(BaseModel):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from app.api.deps import RuntimeDep, SessionDep
+from app.api.types import PathText
 from app.auth.dependencies import CurrentKey
 from app.spec_spaces import service
 from app.spec_spaces.schemas import SpecSpaceRead
@@ -34,7 +35,7 @@ def list_spec_spaces(_key: CurrentKey, runtime: RuntimeDep, session: SessionDep)
 
 @router.get("/v1/spec-spaces/{space_id}", response_model=SpecSpaceRead)
 def get_spec_space(
-    space_id: str, _key: CurrentKey, runtime: RuntimeDep, session: SessionDep
+    space_id: PathText, _key: CurrentKey, runtime: RuntimeDep, session: SessionDep
 ) -> SpecSpaceRead:
     """One spec space: its config, base hash, LoRA layers and their shapes, its index."""
     return _read(runtime, space_id, session)

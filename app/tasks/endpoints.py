@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, File, Form, Query, UploadFile
 
 from app.api.deps import RuntimeDep, SessionDep
+from app.api.types import PageQuery, PathId, find_unstorable
 from app.api.uploads import saved_upload
 from app.auth.dependencies import CurrentKey
 from app.ml.errors import InvalidInput
@@ -42,6 +43,9 @@ def post_task_spec(
         raise InvalidInput(f"label_names is not JSON: {exc}") from exc
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise InvalidInput("label_names must be a JSON list of strings")
+    problem = find_unstorable(names, "label_names")
+    if problem:
+        raise InvalidInput(problem)
     settings = runtime.settings
     with saved_upload(
         spec,
@@ -59,7 +63,7 @@ def post_task_spec(
 def list_tasks(
     key: CurrentKey,
     session: SessionDep,
-    page: Annotated[int, Query(ge=1)] = 1,
+    page: PageQuery = 1,
     limit: Annotated[int, Query(ge=1, le=200)] = 20,
 ) -> list[TaskRead]:
     """Your tasks, newest first."""
@@ -68,7 +72,7 @@ def list_tasks(
 
 
 @router.get("/v1/tasks/{task_id}", response_model=TaskRead)
-def get_task(task_id: int, key: CurrentKey, session: SessionDep) -> TaskRead:
+def get_task(task_id: PathId, key: CurrentKey, session: SessionDep) -> TaskRead:
     """A task's status and its learnwares ranked by score (its owner only)."""
     return service.to_read(session, service.get_owned(session, key, task_id))
 

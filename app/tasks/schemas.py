@@ -6,15 +6,18 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field, model_validator
 
+from app.api.types import MAX_SHOTS, ClassId, Label, Shot
 from app.db.models import TaskStatus
 
 
 class TaskCreate(BaseModel):
     """A few-shot task: texts, their labels (class ids or names) and the class names."""
 
-    texts: list[str] = Field(min_length=2)
-    labels: list[int] | list[str] = Field(min_length=2)
-    label_names: list[str] = Field(min_length=2, max_length=1000)
+    texts: list[Shot] = Field(min_length=2, max_length=MAX_SHOTS)
+    labels: list[ClassId] | list[Label] = Field(
+        min_length=2, max_length=MAX_SHOTS, description="class ids into label_names, or label names"
+    )
+    label_names: list[Label] = Field(min_length=2, max_length=1000)
     top_k: int = Field(default=10, ge=1, le=100)
 
     @model_validator(mode="after")

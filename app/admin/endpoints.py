@@ -23,6 +23,7 @@ from app.admin.schemas import Charts, Overview
 from app.admin.settings import AdminSettings
 from app.api.deps import RuntimeDep, SessionDep
 from app.api.errors import NotFound
+from app.api.responses import errors
 from app.auth.dependencies import AdminKey
 from app.auth.service import authenticate, require_role
 from app.db.models import Role
@@ -92,7 +93,7 @@ def refuse_other_roles(
         require_role(authenticate(session, token), Role.admin)
 
 
-router = APIRouter(tags=["admin"], lifespan=lifespan)
+router = APIRouter(responses=errors(401), tags=["admin"], lifespan=lifespan)
 pages = APIRouter(include_in_schema=False, dependencies=[Depends(refuse_other_roles)])
 
 
@@ -113,13 +114,13 @@ def admin_asset(name: str) -> Response:
     )
 
 
-@router.get("/v1/admin/overview", response_model=Overview)
+@router.get("/v1/admin/overview", responses=errors(403), response_model=Overview)
 def overview(_admin: AdminKey, session: SessionDep, runtime: RuntimeDep, admin: AdminStateDep) -> Overview:
     """Queues, job counts, workers and what they run, indexes, the review queue (admin only)."""
     return service.overview(session, runtime, admin.monitor.inspector.report(), admin.settings.flower_url)
 
 
-@router.get("/v1/admin/charts", response_model=Charts)
+@router.get("/v1/admin/charts", responses=errors(403, 422), response_model=Charts)
 def charts(
     _admin: AdminKey,
     session: SessionDep,

@@ -12,6 +12,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
 from app.api.deps import RuntimeDep, SessionDep
+from app.api.responses import errors
 from app.api.types import OffsetQuery, PathId, PathText, TextQuery
 from app.auth.dependencies import AdminKey, CurrentKey
 from app.db.models import Job, JobState
@@ -20,13 +21,13 @@ from app.jobs.schemas import JobPage, JobRead, JobSubmitted
 from app.jobs.stages import REBUILD_INDEX
 from app.spec_spaces.service import get_space
 
-router = APIRouter(tags=["jobs"])
+router = APIRouter(responses=errors(401), tags=["jobs"])
 
 _POLL_S = 0.5
 _KEEPALIVE_S = 15.0
 
 
-@router.get("/v1/jobs/{job_id}", response_model=JobRead)
+@router.get("/v1/jobs/{job_id}", responses=errors(403, 404, 422), response_model=JobRead)
 def get_job(job_id: PathId, key: CurrentKey, session: SessionDep) -> JobRead:
     """A job's state, stage, progress, log, result or error (its owner or an admin)."""
     return JobRead.model_validate(service.get_visible_job(session, job_id, key))
@@ -35,7 +36,10 @@ def get_job(job_id: PathId, key: CurrentKey, session: SessionDep) -> JobRead:
 @router.get(
     "/v1/jobs/{job_id}/events",
     response_class=StreamingResponse,
-    responses={200: {"content": {"text/event-stream": {}}, "description": "`job` events until the job ends"}},
+    responses={
+        200: {"content": {"text/event-stream": {}}, "description": "`job` events until the job ends"},
+        **errors(403, 404, 422),
+    },
 )
 def stream_job(
     job_id: PathId, key: CurrentKey, session: SessionDep, runtime: RuntimeDep, request: Request
@@ -70,13 +74,13 @@ def stream_job(
     return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
 
-@router.post("/v1/jobs/{job_id}/cancel", response_model=JobRead)
+@router.post("/v1/jobs/{job_id}/cancel", responses=errors(403, 404, 409, 422), response_model=JobRead)
 def cancel_job(job_id: PathId, key: CurrentKey, session: SessionDep) -> JobRead:
     """Cancel a queued or running job (its owner or an admin)."""
     return JobRead.model_validate(service.cancel_job(session, job_id, key))
 
 
-@router.get("/v1/admin/jobs", response_model=JobPage)
+@router.get("/v1/admin/jobs", responses=errors(403, 422), response_model=JobPage)
 def list_jobs(
     _admin: AdminKey,
     session: SessionDep,
@@ -90,13 +94,18 @@ def list_jobs(
     return JobPage(items=[JobRead.model_validate(j) for j in rows], total_count=total)
 
 
-@router.post("/v1/admin/jobs/{job_id}/retry", response_model=JobRead)
+@router.post("/v1/admin/jobs/{job_id}/retry", responses=errors(403, 404, 409, 422), response_model=JobRead)
 def retry_job(job_id: PathId, admin: AdminKey, session: SessionDep) -> JobRead:
     """Run a failed or cancelled job again from the stage where it stopped (admin only)."""
     return JobRead.model_validate(service.retry_job(session, job_id, admin))
 
 
-@router.post("/v1/admin/spec-spaces/{space_id}/rebuild", response_model=JobSubmitted, status_code=202)
+@router.post(
+    "/v1/admin/spec-spaces/{space_id}/rebuild",
+    responses=errors(403, 404, 422),
+    response_model=JobSubmitted,
+    status_code=202,
+)
 def rebuild_index(
     space_id: PathText, admin: AdminKey, session: SessionDep, runtime: RuntimeDep
 ) -> JobSubmitted:

@@ -9,6 +9,7 @@ from fastapi import APIRouter, File, Query, UploadFile
 from fastapi.responses import StreamingResponse
 
 from app.api.deps import RuntimeDep, SessionDep
+from app.api.responses import errors
 from app.api.types import PageQuery, PathId, TextQuery
 from app.api.uploads import saved_upload
 from app.auth.dependencies import AdminKey, CurrentKey, DeveloperKey
@@ -16,10 +17,12 @@ from app.db.models import LearnwareStatus
 from app.learnwares import repository, service
 from app.learnwares.schemas import LearnwareRead, LearnwareSubmitted, Page, Pagination, ReviewDecision
 
-router = APIRouter(tags=["learnwares"])
+router = APIRouter(responses=errors(401), tags=["learnwares"])
 
 
-@router.post("/v1/learnwares", response_model=LearnwareSubmitted, status_code=202)
+@router.post(
+    "/v1/learnwares", responses=errors(403, 409, 413, 422), response_model=LearnwareSubmitted, status_code=202
+)
 def submit_learnware(
     runtime: RuntimeDep,
     session: SessionDep,
@@ -58,7 +61,7 @@ def submit_learnware(
         )
 
 
-@router.get("/v1/learnwares", response_model=Page[LearnwareRead])
+@router.get("/v1/learnwares", responses=errors(422), response_model=Page[LearnwareRead])
 def list_learnwares(
     key: CurrentKey,
     session: SessionDep,
@@ -94,7 +97,7 @@ def list_learnwares(
     )
 
 
-@router.get("/v1/learnwares/{learnware_id}", response_model=LearnwareRead)
+@router.get("/v1/learnwares/{learnware_id}", responses=errors(404, 422), response_model=LearnwareRead)
 def get_learnware(learnware_id: PathId, key: CurrentKey, session: SessionDep) -> LearnwareRead:
     """One learnware: manifest fields, status (with the reason when refused), validation log."""
     return LearnwareRead.model_validate(service.get_visible(session, key, learnware_id))
@@ -103,7 +106,10 @@ def get_learnware(learnware_id: PathId, key: CurrentKey, session: SessionDep) ->
 @router.get(
     "/v1/learnwares/{learnware_id}/package",
     response_class=StreamingResponse,
-    responses={200: {"content": {"application/zip": {}}, "description": "the package zip"}},
+    responses={
+        200: {"content": {"application/zip": {}}, "description": "the package zip"},
+        **errors(404, 422),
+    },
 )
 def download_package(
     learnware_id: PathId, key: CurrentKey, session: SessionDep, runtime: RuntimeDep
@@ -130,7 +136,7 @@ def download_package(
     )
 
 
-@router.delete("/v1/learnwares/{learnware_id}", response_model=LearnwareRead)
+@router.delete("/v1/learnwares/{learnware_id}", responses=errors(403, 404, 422), response_model=LearnwareRead)
 def delete_learnware(
     learnware_id: PathId, key: CurrentKey, session: SessionDep, runtime: RuntimeDep
 ) -> LearnwareRead:
@@ -138,13 +144,21 @@ def delete_learnware(
     return LearnwareRead.model_validate(service.delete(session, runtime, key, learnware_id))
 
 
-@router.post("/v1/admin/learnwares/{learnware_id}/approve", response_model=LearnwareRead)
+@router.post(
+    "/v1/admin/learnwares/{learnware_id}/approve",
+    responses=errors(403, 404, 409, 422),
+    response_model=LearnwareRead,
+)
 def approve_learnware(learnware_id: PathId, admin: AdminKey, session: SessionDep) -> LearnwareRead:
     """Approve a learnware awaiting review: it is indexed (admin only)."""
     return LearnwareRead.model_validate(service.approve(session, admin, learnware_id))
 
 
-@router.post("/v1/admin/learnwares/{learnware_id}/reject", response_model=LearnwareRead)
+@router.post(
+    "/v1/admin/learnwares/{learnware_id}/reject",
+    responses=errors(403, 404, 409, 422),
+    response_model=LearnwareRead,
+)
 def reject_learnware(
     learnware_id: PathId, body: ReviewDecision, admin: AdminKey, session: SessionDep
 ) -> LearnwareRead:

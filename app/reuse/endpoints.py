@@ -6,6 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from app.api.deps import RuntimeDep, SessionDep
+from app.api.responses import errors
 from app.api.types import PathId
 from app.auth.dependencies import CurrentKey
 from app.reuse import service
@@ -19,7 +20,7 @@ from app.reuse.schemas import (
     TransferCreate,
 )
 
-router = APIRouter(tags=["reuse"])
+router = APIRouter(responses=errors(401), tags=["reuse"])
 
 
 @router.get("/v1/merge-methods", response_model=list[MergeMethodRead])
@@ -28,7 +29,9 @@ def merge_methods(key: CurrentKey) -> list[MergeMethodRead]:
     return service.merge_methods()
 
 
-@router.post("/v1/merges", response_model=ReuseSubmitted, status_code=202)
+@router.post(
+    "/v1/merges", responses=errors(403, 404, 409, 422), response_model=ReuseSubmitted, status_code=202
+)
 def post_merge(
     body: MergeCreate, key: CurrentKey, session: SessionDep, runtime: RuntimeDep
 ) -> ReuseSubmitted:
@@ -37,7 +40,9 @@ def post_merge(
     return ReuseSubmitted(job_id=job.id, kind=job.kind)
 
 
-@router.post("/v1/finetunes", response_model=ReuseSubmitted, status_code=202)
+@router.post(
+    "/v1/finetunes", responses=errors(403, 404, 409, 422), response_model=ReuseSubmitted, status_code=202
+)
 def post_finetune(
     body: FinetuneCreate, key: CurrentKey, session: SessionDep, runtime: RuntimeDep
 ) -> ReuseSubmitted:
@@ -46,7 +51,9 @@ def post_finetune(
     return ReuseSubmitted(job_id=job.id, kind=job.kind)
 
 
-@router.post("/v1/transfers", response_model=ReuseSubmitted, status_code=202)
+@router.post(
+    "/v1/transfers", responses=errors(403, 404, 409, 422), response_model=ReuseSubmitted, status_code=202
+)
 def post_transfer(
     body: TransferCreate, key: CurrentKey, session: SessionDep, runtime: RuntimeDep
 ) -> ReuseSubmitted:
@@ -55,7 +62,12 @@ def post_transfer(
     return ReuseSubmitted(job_id=job.id, kind=job.kind)
 
 
-@router.post("/v1/tasks/{task_id}/reuse", response_model=TaskReuseSubmitted, status_code=202)
+@router.post(
+    "/v1/tasks/{task_id}/reuse",
+    responses=errors(403, 404, 409, 422),
+    response_model=TaskReuseSubmitted,
+    status_code=202,
+)
 def post_task_reuse(
     task_id: PathId, body: TaskReuseCreate, key: CurrentKey, session: SessionDep, runtime: RuntimeDep
 ) -> TaskReuseSubmitted:

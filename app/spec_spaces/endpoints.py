@@ -5,12 +5,13 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from app.api.deps import RuntimeDep, SessionDep
+from app.api.responses import errors
 from app.api.types import PathText
 from app.auth.dependencies import CurrentKey
 from app.spec_spaces import service
 from app.spec_spaces.schemas import SpecSpaceRead
 
-router = APIRouter(tags=["spec spaces"])
+router = APIRouter(responses=errors(401), tags=["spec spaces"])
 
 
 def _read(runtime: RuntimeDep, record_id: str, session: SessionDep) -> SpecSpaceRead:
@@ -33,7 +34,7 @@ def list_spec_spaces(_key: CurrentKey, runtime: RuntimeDep, session: SessionDep)
     return [_read(runtime, r.id, session) for r in service.list_spaces(session)]
 
 
-@router.get("/v1/spec-spaces/{space_id}", response_model=SpecSpaceRead)
+@router.get("/v1/spec-spaces/{space_id}", responses=errors(404, 422), response_model=SpecSpaceRead)
 def get_spec_space(
     space_id: PathText, _key: CurrentKey, runtime: RuntimeDep, session: SessionDep
 ) -> SpecSpaceRead:

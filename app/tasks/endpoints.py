@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, File, Form, Query, UploadFile
 
 from app.api.deps import RuntimeDep, SessionDep
+from app.api.responses import errors
 from app.api.types import PageQuery, PathId, find_unstorable
 from app.api.uploads import saved_upload
 from app.auth.dependencies import CurrentKey
@@ -15,17 +16,17 @@ from app.ml.errors import InvalidInput
 from app.tasks import repository, service
 from app.tasks.schemas import IdentifyResult, TaskCreate, TaskRead, TaskSubmitted
 
-router = APIRouter(tags=["tasks"])
+router = APIRouter(responses=errors(401), tags=["tasks"])
 
 
-@router.post("/v1/tasks", response_model=TaskSubmitted, status_code=202)
+@router.post("/v1/tasks", responses=errors(422), response_model=TaskSubmitted, status_code=202)
 def post_task(body: TaskCreate, key: CurrentKey, session: SessionDep, runtime: RuntimeDep) -> TaskSubmitted:
     """Post a few-shot task (texts, labels, label names); a job fits its spec and ranks learnwares."""
     task, job = service.create_few_shot(session, runtime, key, body)
     return TaskSubmitted(task_id=task.id, job_id=job.id, status=task.status)
 
 
-@router.post("/v1/tasks/spec", response_model=TaskSubmitted, status_code=202)
+@router.post("/v1/tasks/spec", responses=errors(413, 422), response_model=TaskSubmitted, status_code=202)
 def post_task_spec(
     key: CurrentKey,
     session: SessionDep,
@@ -59,7 +60,7 @@ def post_task_spec(
     return TaskSubmitted(task_id=task.id, job_id=job.id, status=task.status)
 
 
-@router.get("/v1/tasks", response_model=list[TaskRead])
+@router.get("/v1/tasks", responses=errors(422), response_model=list[TaskRead])
 def list_tasks(
     key: CurrentKey,
     session: SessionDep,
@@ -71,13 +72,13 @@ def list_tasks(
     return [service.to_read(session, t) for t in rows]
 
 
-@router.get("/v1/tasks/{task_id}", response_model=TaskRead)
+@router.get("/v1/tasks/{task_id}", responses=errors(403, 404, 422), response_model=TaskRead)
 def get_task(task_id: PathId, key: CurrentKey, session: SessionDep) -> TaskRead:
     """A task's status and its learnwares ranked by score (its owner only)."""
     return service.to_read(session, service.get_owned(session, key, task_id))
 
 
-@router.post("/v1/identify", response_model=IdentifyResult)
+@router.post("/v1/identify", responses=errors(413, 422), response_model=IdentifyResult)
 def identify(
     key: CurrentKey,
     session: SessionDep,

@@ -94,6 +94,8 @@ def register_error_handlers(app: FastAPI) -> None:
         first = errors[0] if errors else {}
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
         message = f"{where}: {first.get('msg', 'invalid request')}" if where else str(first.get("msg", ""))
+        if first.get("type") == "json_invalid":  # its loc is the character position
+            message = f"body: not valid JSON (at character {where or 0}: {first.get('msg')})"
         details = [
             {"loc": list(e.get("loc", ())), "msg": e.get("msg"), "type": e.get("type")} for e in errors
         ]
@@ -101,6 +103,10 @@ def register_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400 and exc.detail == "There was an error parsing the body":
+            # A body that is not UTF-8 (FastAPI's 400): invalid input like malformed JSON (422).
+            message = "body: could not be parsed (not UTF-8 JSON, or a malformed form)"
+            return JSONResponse(error_body("validation_error", message), status_code=422)
         code = _STATUS_CODES.get(exc.status_code, "http_error")
         return JSONResponse(
             error_body(code, str(exc.detail)), status_code=exc.status_code, headers=exc.headers

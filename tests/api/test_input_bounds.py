@@ -182,3 +182,12 @@ def test_a_package_stored_by_a_transaction_that_fails_is_removed(
         _store_package(session, runtime, package, sha)
         raise RuntimeError("commit failed")
     assert runtime.store.exists(sha)
+
+
+def test_a_body_that_is_not_utf8_is_a_422_like_malformed_json(client: TestClient, keys: Keys) -> None:
+    headers = {**keys.auth("user"), "Content-Type": "application/json"}
+    for body in (b"\xc2\x83{M/#\xff", b'{"texts": ['):
+        response = client.post("/v1/tasks", content=body, headers=headers)
+        assert response.status_code == 422, response.text
+        assert response.json()["error"]["code"] == "validation_error"
+        assert response.json()["error"]["message"].startswith("body")

@@ -103,9 +103,10 @@ def register_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        if exc.status_code == 400 and exc.detail == "There was an error parsing the body":
-            # A body that is not UTF-8 (FastAPI's 400): invalid input like malformed JSON (422).
-            message = "body: could not be parsed (not UTF-8 JSON, or a malformed form)"
+        if exc.status_code == 400:
+            # The framework's only 400s: a body it cannot parse (not UTF-8, a malformed multipart
+            # form). Invalid input like malformed JSON, so a 422 as that is.
+            message = f"body: could not be parsed ({exc.detail}): send UTF-8 JSON, or a well-formed form"
             return JSONResponse(error_body("validation_error", message), status_code=422)
         code = _STATUS_CODES.get(exc.status_code, "http_error")
         return JSONResponse(

@@ -191,3 +191,10 @@ def test_a_body_that_is_not_utf8_is_a_422_like_malformed_json(client: TestClient
         assert response.status_code == 422, response.text
         assert response.json()["error"]["code"] == "validation_error"
         assert response.json()["error"]["message"].startswith("body")
+
+
+def test_a_malformed_multipart_form_is_a_422(client: TestClient, keys: Keys) -> None:
+    headers = {**keys.auth("developer"), "Content-Type": "multipart/form-data; boundary=xyz"}
+    response = client.post("/v1/learnwares", content=b"--xyz\r\nnot a part header\r\n\r\n", headers=headers)
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["message"].startswith("body: could not be parsed")

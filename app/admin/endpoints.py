@@ -22,10 +22,10 @@ from app.admin.monitor import AdminMonitor, RequestHistory, WorkerInspector
 from app.admin.schemas import Charts, Overview
 from app.admin.settings import AdminSettings
 from app.api.deps import RuntimeDep, SessionDep
-from app.api.errors import NotFound
 from app.auth.dependencies import AdminKey
 from app.auth.service import authenticate, require_role
 from app.db.models import Role
+from app.errors import NotFound
 from app.runtime import Runtime
 
 STATIC = Path(__file__).parent / "static"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from fastapi import UploadFile
 
-from app.api.errors import PayloadTooLarge
+from app.errors import PayloadTooLarge
 
 _CHUNK = 1 << 20
 

@@ -154,7 +154,7 @@ def serve(
     start_flower()
     try:
         uvicorn.run(
-            "app.api.main:create_app",
+            "app.main:create_app",
             factory=True,
             host=host or settings.host,
             port=port or settings.port,

@@ -22,24 +22,13 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 
 from app.db.models import Job
+from app.errors import DockError, InputError
 from app.jobs import service
 from app.jobs.service import Claim, JobLost
 from app.jobs.stages import Stage
-from app.ml.errors import (
-    DockError,
-    IncompatibleSpec,
-    InvalidInput,
-    InvalidPackage,
-    UnknownBase,
-    UnsafePackage,
-)
 from app.runtime import Runtime
 
 log = logging.getLogger(__name__)
-
-# The submitter's input was at fault: the learnware is "rejected" rather than "failed".
-INPUT_ERRORS = (InvalidPackage, UnsafePackage, IncompatibleSpec, InvalidInput, UnknownBase)
-
 
 # Errors that say "try again later": the database, the broker or the store could not be reached.
 TRANSIENT: tuple[type[BaseException], ...] = (
@@ -191,7 +180,7 @@ def run_stage(runtime: Runtime, job_id: int, stage: Stage, fn: StageFn, *, worke
         if not isinstance(exc, DockError | DBAPIError):
             log.exception("job %s: %s failed", job_id, stage.name)
         with runtime.db.session() as session:
-            service.fail(session, job_id, claimed.attempt, reason, rejected=isinstance(exc, INPUT_ERRORS))
+            service.fail(session, job_id, claimed.attempt, reason, rejected=isinstance(exc, InputError))
         return "failed"
     finally:
         beat.stop()

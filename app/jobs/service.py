@@ -17,9 +17,9 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from app.api.errors import Conflict, Forbidden, NotFound
 from app.db.base import utcnow
 from app.db.models import ApiKey, Job, JobState, Learnware, LearnwareStatus, Role, TaskStatus, UserTask
+from app.errors import Conflict, Forbidden, NotFound
 from app.jobs.dispatch import enqueue
 from app.jobs.stages import Stage, stage
 

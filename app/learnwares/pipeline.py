@@ -26,12 +26,12 @@ from sqlalchemy.orm import Session
 
 from app.db.base import utcnow
 from app.db.models import Learnware, LearnwareStatus, Spec, SpecKind, SpecSource, SpecSpaceRecord
+from app.errors import IncompatibleSpec, InvalidPackage
 from app.index.registry import bump_index_version, vector_from_bytes
 from app.jobs import service as jobs
 from app.jobs.runner import JobContext
 from app.jobs.stages import FIT_LEARNWARE_SPEC
 from app.learnwares.service import package_limits, spec_row
-from app.ml.errors import IncompatibleSpec, InvalidPackage
 from app.ml.packages import LearnwarePackage, extract_package
 from app.spec_spaces.service import check_spec
 

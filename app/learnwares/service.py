@@ -16,15 +16,14 @@ import numpy as np
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-from app.api.errors import Conflict, Forbidden, NotFound
 from app.db.base import utcnow
 from app.db.models import ApiKey, Job, JobState, Learnware, LearnwareStatus, Role, Spec, SpecKind, SpecSource
 from app.db.session import on_commit
+from app.errors import Conflict, Forbidden, InvalidPackage, NotFound
 from app.index.registry import bump_index_version
 from app.jobs import service as jobs
 from app.jobs.stages import VALIDATE_LEARNWARE
 from app.learnwares import repository
-from app.ml.errors import InvalidPackage
 from app.ml.packages import LearnwarePackage, PackageLimits, extract_package
 from app.runtime import Runtime
 from app.settings import Settings

@@ -18,10 +18,10 @@ from typing import Any, Literal
 import numpy as np
 
 from app.db.models import ApiKey, Job, Learnware
+from app.errors import InvalidInput, InvalidPackage
 from app.jobs import service as jobs
 from app.jobs.runner import JobContext
 from app.learnwares.service import package_limits, submit
-from app.ml.errors import InvalidInput, InvalidPackage
 from app.ml.packages import extract_package
 
 MAX_DECLARED_INPUTS = 256

@@ -7,12 +7,11 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app.api.errors import Conflict
 from app.db.models import ApiKey, Job, Learnware, LearnwareStatus, Role, TaskStatus, UserTask
+from app.errors import Conflict, InvalidInput
 from app.jobs import service as jobs
 from app.jobs.stages import REUSE_FINETUNE, REUSE_MERGE, REUSE_TRANSFER, Stage
 from app.learnwares.service import get_visible
-from app.ml.errors import InvalidInput
 from app.ml.head import check_label_names
 from app.reuse.schemas import (
     FinetuneCreate,

@@ -16,10 +16,9 @@ import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.api.errors import NotFound
 from app.db.models import SpecSpaceRecord
+from app.errors import IncompatibleSpec, NotFound
 from app.ml.encoders import resolve_base, weights_sha256
-from app.ml.errors import IncompatibleSpec
 from app.ml.spec_space import SpecSpaceConfig, config_dict, load_space, space_id
 from app.settings import Settings
 

@@ -10,7 +10,7 @@ from fastapi import APIRouter, File, Form, Query, UploadFile
 from app.api.deps import RuntimeDep, SessionDep
 from app.api.uploads import saved_upload
 from app.auth.dependencies import CurrentKey
-from app.ml.errors import InvalidInput
+from app.errors import InvalidInput
 from app.tasks import repository, service
 from app.tasks.schemas import IdentifyResult, TaskCreate, TaskRead, TaskSubmitted
 

@@ -9,11 +9,11 @@ from sqlalchemy.orm import Session
 
 from app.db.base import utcnow
 from app.db.models import Spec, SpecKind, SpecSource, SpecSpaceRecord, TaskStatus, UserTask
+from app.errors import IncompatibleSpec, InvalidInput
 from app.index.registry import vector_from_bytes
 from app.jobs import service as jobs
 from app.jobs.runner import JobContext
 from app.learnwares.service import spec_row
-from app.ml.errors import IncompatibleSpec, InvalidInput
 from app.tasks.service import rank
 from app.tasks.shot_check import shot_results, with_shot_check
 

@@ -9,14 +9,13 @@ from typing import Any
 import numpy as np
 from sqlalchemy.orm import Session
 
-from app.api.errors import Forbidden, NotFound
 from app.db.models import ApiKey, Job, SpecKind, SpecSource, TaskStatus, UserTask
+from app.errors import Forbidden, InvalidInput, NotFound
 from app.jobs import service as jobs
 from app.jobs.stages import FIT_TASK_SPEC, IDENTIFY_TASK
 from app.learnwares import repository as learnwares
 from app.learnwares.service import spec_row
 from app.ml.encoders import check_texts
-from app.ml.errors import InvalidInput
 from app.ml.head import check_label_names
 from app.ml.identify import label_compatible_first
 from app.runtime import Runtime

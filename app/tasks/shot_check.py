@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from app.errors import InvalidInput, InvalidPackage
 from app.jobs.runner import JobContext
 from app.learnwares import repository as learnwares
 from app.learnwares.pipeline import extracted
-from app.ml.errors import InvalidInput, InvalidPackage
 from app.ml.identify import Match, ShotScore, best_label_map, shot_candidates, shot_checked, shot_score
 
 if TYPE_CHECKING:

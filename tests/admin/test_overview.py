@@ -110,7 +110,7 @@ def test_the_review_queue_and_index_sizes(
 def test_flower_link_comes_from_settings(
     monkeypatch: pytest.MonkeyPatch, runtime: Runtime, keys: Keys, client: TestClient
 ) -> None:
-    from app.api.main import create_app
+    from app.main import create_app
 
     monkeypatch.setenv("PAVEDOCK_FLOWER_URL", "https://flower.dock.example/")
     with TestClient(create_app(runtime=runtime)) as other:

@@ -17,11 +17,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from app.api.main import create_app
 from app.auth.service import create_key
 from app.db.base import Base
 from app.db.migrate import upgrade
 from app.db.models import Role
+from app.main import create_app
 from app.ml.pave import PaveSpec
 from app.runtime import Runtime
 from app.settings import Settings

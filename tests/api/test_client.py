@@ -13,8 +13,8 @@ import pytest
 import uvicorn
 from fastapi.testclient import TestClient
 
-from app.api.main import create_app
 from app.client import DockAPIError, DockClient
+from app.main import create_app
 from app.runtime import Runtime
 from tests.api.conftest import Keys, write_spec
 from tests.api.test_tasks import add_ready_learnware

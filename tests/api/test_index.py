@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from fastapi.testclient import TestClient
 
-from app.api.main import create_app
+from app.main import create_app
 from app.runtime import Runtime
 from tests.api.conftest import Keys
 from tests.api.test_tasks import add_ready_learnware

@@ -121,7 +121,7 @@ def dock(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dock]:
     api = start(
         "api",
         [
-            sys.executable, "-m", "uvicorn", "app.api.main:create_app", "--factory",
+            sys.executable, "-m", "uvicorn", "app.main:create_app", "--factory",
             "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
         ],
     )  # fmt: skip

@@ -165,7 +165,7 @@ def uvicorn_proc(name: str, env: dict[str, str], port: int, log: Path) -> Proc:
             PYTHON,
             "-m",
             "uvicorn",
-            "app.api.main:create_app",
+            "app.main:create_app",
             "--factory",
             "--host",
             "127.0.0.1",

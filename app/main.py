@@ -1,4 +1,5 @@
-"""The FastAPI app: ``create_app()`` for uvicorn (``app.api.main:create_app --factory``) and tests."""
+"""The FastAPI app: ``create_app()`` for uvicorn (``app.main:create_app --factory``) and tests:
+the composition root that reaches every domain's router."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.middleware.cors import CORSMiddleware
 
 from app.admin import endpoints as admin
-from app.api import health
 from app.api.errors import register_error_handlers
 from app.api.limits import BodySizeLimit
 from app.api.metrics import RequestMetrics
 from app.auth import endpoints as keys
+from app.health import endpoints as health
 from app.jobs import endpoints as jobs
 from app.jobs.reaper import Reaper
 from app.learnwares import endpoints as learnwares

@@ -9,9 +9,9 @@ from fastapi import APIRouter
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
-from app.api import metrics
 from app.api.deps import RuntimeDep
 from app.db.migrate import current_revision, head_revision
+from app.health import collector
 from app.runtime import Runtime
 
 router = APIRouter(tags=["health"])
@@ -85,5 +85,5 @@ async def readyz(runtime: RuntimeDep) -> JSONResponse:
 @router.get("/metrics", response_class=Response)
 async def prometheus_metrics(runtime: RuntimeDep) -> Response:
     """Prometheus text format: requests, jobs, queues, learnwares, indexes."""
-    body = await run_in_threadpool(metrics.render, runtime)
+    body = await run_in_threadpool(collector.render, runtime)
     return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")

@@ -282,7 +282,7 @@ class Market:
             )
 
     def _package(self, name: str, family: str, corrupted: bool) -> Path:
-        from app.ml import builders
+        from app.bench import builders
 
         path = self.cache.path("packages", f"{name}-{family}-{'corrupted' if corrupted else 'good'}.zip")
         if path.is_file():

@@ -41,7 +41,7 @@ def _datasets_dir(explicit: Path | None) -> Path:
 
 def build_learnware(datasets: Path, name: str, family: str, out: Path) -> Path:
     """Train one demo learnware (cached: an existing zip is reused)."""
-    from app.ml import builders
+    from app.bench import builders
     from app.ml.data import load_task
 
     if out.is_file():

@@ -201,7 +201,7 @@ def bench_spec_time(
 @bench_app.command("merge")
 def bench_merge(out: Out, profile: Profile = "quick", datasets: Datasets = None, cache: Cache = None) -> None:
     """The merging benchmark: every method with and without PACT on 2-, 4- and 8-task groups."""
-    from app.ml.merging.bench import run_merge_benchmark
+    from app.bench.merging import run_merge_benchmark
 
     with progress_bar("merge benchmark") as report:
         result = run_merge_benchmark(
@@ -215,7 +215,7 @@ def bench_pact_sweep(
     out: Out, profile: Profile = "quick", datasets: Datasets = None, cache: Cache = None
 ) -> None:
     """Iso-C and TSV-M under several PACT settings (layers, K, side) on the merging benchmark's groups."""
-    from app.ml.merging.pact_sweep import run_pact_sweep
+    from app.bench.pact_sweep import run_pact_sweep
 
     with progress_bar("PACT sweep") as report:
         result = run_pact_sweep(
@@ -229,7 +229,7 @@ def bench_transfer(
     out: Out, profile: Profile = "quick", datasets: Datasets = None, cache: Cache = None
 ) -> None:
     """The transfer benchmark: MiniLM → MPNet with BiCo, THESEUS-style, naive and UTD."""
-    from app.ml.transfer.bench import run_transfer_benchmark
+    from app.bench.transfer import run_transfer_benchmark
 
     with progress_bar("transfer benchmark") as report:
         result = run_transfer_benchmark(

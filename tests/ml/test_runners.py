@@ -15,7 +15,7 @@ from peft import LoraConfig, PeftModel, get_peft_model, get_peft_model_state_dic
 from safetensors.torch import load_file, save_file
 from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
-from app.ml.builders import (
+from app.bench.builders import (
     corrupt_labels,
     export_onnx,
     fit_logistic_head,

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from app.bench.transfer import PROFILES, get_profile, run_transfer_benchmark
 from app.ml.errors import InvalidInput
-from app.ml.transfer.bench import PROFILES, get_profile, run_transfer_benchmark
-from tests.transfer.conftest import LABEL_NAMES, TinyBases
+from tests.transfer.conftest import LABEL_NAMES, TinyBases, tiny
+
+__all__ = ["tiny"]
 
 
 def _task_folder(root: Path, tiny: TinyBases) -> Path:

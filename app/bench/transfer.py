@@ -21,7 +21,6 @@ tasks are cached, so a second run is quick.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math
@@ -469,34 +468,3 @@ def markdown_table(report: dict[str, Any]) -> str:
             cells.append(" / ".join(_fmt(task["accuracy"][method][n]) for n in ns))
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m app.ml.transfer.bench --profile quick --out bench-out/transfer-quick.json``."""
-    parser = argparse.ArgumentParser(
-        description="Transfer benchmark: MiniLM-L6 learnwares moved to MPNet-base."
-    )
-    parser.add_argument("--profile", default="quick", choices=sorted(PROFILES))
-    parser.add_argument("--out", type=Path, default=Path("bench-out/transfer-quick.json"))
-    parser.add_argument(
-        "--datasets",
-        type=Path,
-        default=Path(os.environ.get("PAVEDOCK_DATASETS_DIR", "../shared/datasets")),
-    )
-    parser.add_argument("--tasks", nargs="*", default=None, help="override the profile's tasks")
-    parser.add_argument("--cache-dir", type=Path, default=None)
-    args = parser.parse_args(argv)
-    started = time.perf_counter()
-
-    def report(done: int, total: int, message: str) -> None:
-        print(f"[{time.perf_counter() - started:7.0f}s] {done}/{total} {message}", flush=True)
-
-    result = run_transfer_benchmark(
-        args.profile, args.out, args.datasets, report, cache_dir=args.cache_dir, tasks=args.tasks
-    )
-    print(markdown_table(result))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

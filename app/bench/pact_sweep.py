@@ -21,8 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.ml.encoders import load_encoder
-from app.ml.merging.bench import (
+from app.bench.merging import (
     BASE,
     _Evaluator,
     _groups,
@@ -36,6 +35,7 @@ from app.ml.merging.bench import (
     resolve_profile,
     size_means,
 )
+from app.ml.encoders import load_encoder
 from app.ml.merging.driver import Progress
 
 SWEEP_METHODS = ("iso_c", "tsv_m")

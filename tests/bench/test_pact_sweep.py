@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from app.ml.merging.pact_sweep import PACT_SETTINGS, SWEEP_METHODS, run_pact_sweep
+from app.bench.pact_sweep import PACT_SETTINGS, SWEEP_METHODS, run_pact_sweep
+
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 @pytest.mark.real_model

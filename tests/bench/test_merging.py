@@ -10,9 +10,7 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import BertConfig, BertModel
 
-from app.ml.errors import InvalidInput
-from app.ml.merging import METHODS
-from app.ml.merging.bench import (
+from app.bench.merging import (
     PROFILES,
     _groups,
     _Steps,
@@ -22,7 +20,11 @@ from app.ml.merging.bench import (
     scale_param,
     variants,
 )
+from app.ml.errors import InvalidInput
+from app.ml.merging import METHODS
 from app.ml.reuse import read_lora_adapter
+
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def test_peft_adapter_becomes_factors_with_its_scaling(tmp_path: Path) -> None:
@@ -123,7 +125,7 @@ def test_grid_extends_while_the_best_is_on_its_edge() -> None:
 def test_fast_runs_are_timed_until_the_budget_is_spent_and_slow_ones_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from app.ml.merging import bench
+    from app.bench import merging as bench
 
     calls: list[int] = []
 

@@ -63,6 +63,11 @@ class Settings(BaseSettings):
     """An API process writes its index file at most this often (and at shutdown)."""
 
     datasets_dir: Path | None = Field(default_factory=_default_datasets_dir)
+    """The real datasets (benchmarks, the demo); default ``../shared/datasets`` where it exists."""
+    cache_dir: Path = Path(".cache/pavedock")
+    """What the benchmarks and the demo train is kept here between runs."""
+    log_level: str | None = None
+    """Logging level; unset: WARNING for the commands, INFO for ``pavedock serve``'s server."""
 
     spec_spaces: list[dict[str, Any]] = Field(default_factory=_default_spaces)
     """Spec space configs (JSON), the first is the default; ``[{}]`` is the default MiniLM space."""

@@ -69,7 +69,7 @@ def test_checked_matches_are_ranked_by_accuracy_then_confidence_and_carry_both()
 
 
 def test_the_cli_shows_the_shot_check_and_the_label_map(capsys: pytest.CaptureFixture[str]) -> None:
-    from app.cli.service import print_matches
+    from app.cli.common import print_matches
     from app.tasks.schemas import MatchRead
 
     common = {"task_type": "text-classification", "model_format": "onnx", "tags": []}

@@ -128,7 +128,7 @@ def dock(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dock]:
     worker = start(
         "worker",
         [
-            sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker",
+            sys.executable, "-m", "celery", "-A", "workers.main", "worker",
             "--queues", "gpu,cpu", "--concurrency", "1", "--hostname", WORKER_NAME, "--loglevel", "INFO",
         ],
     )  # fmt: skip

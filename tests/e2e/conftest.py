@@ -185,7 +185,7 @@ def worker_proc(name: str, env: dict[str, str], queues: str, log: Path) -> Proc:
             "-m",
             "celery",
             "-A",
-            "workers.celery_app",
+            "workers.main",
             "worker",
             "--queues",
             queues,

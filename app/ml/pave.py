@@ -32,10 +32,10 @@ from safetensors.numpy import load_file, save_file
 from app.ml.encoders import check_texts, mean_pool, token_batches
 from app.ml.errors import IncompatibleSpec, InvalidInput
 from app.ml.head import check_label_names
+from app.ml.progress import Progress
 from app.ml.spec_space import FitRecipe, SpecSpace, check_vector
 
 SpecKind = Literal["model", "task"]
-Progress = Callable[[int, int, str], None]
 
 
 @dataclass

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -18,13 +18,12 @@ import numpy as np
 import torch
 
 from app.ml.adapters import ADAPTER_CONFIG, ADAPTER_WEIGHTS, read_lora_factors
-from app.ml.encoders import resolve_base
+from app.ml.bases import resolve_base
 from app.ml.errors import InvalidInput
 from app.ml.finetune import LoraClassifier, accuracy
 from app.ml.merging import LoraDelta, merge_lora
+from app.ml.progress import Progress
 from app.ml.transfer.taskvec import save_lora_adapter
-
-Progress = Callable[[int, int, str], None]
 
 
 def read_lora_adapter(adapter_dir: Path) -> dict[str, LoraDelta]:

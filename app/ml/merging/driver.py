@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,8 +16,8 @@ from app.ml.merging.methods import MappedTaskVectors
 from app.ml.merging.pact import PactConfig
 from app.ml.merging.registry import get_method, merge_delta
 from app.ml.merging.sources import DictSink, SafetensorsSink, TensorSink, TensorSource
+from app.ml.progress import Progress
 
-Progress = Callable[[int, int, str], None]
 """(done, total, message) → None, called after each tensor."""
 
 LoraInput = LoraDelta | tuple[Tensor, Tensor, float]

@@ -11,7 +11,8 @@ from peft import LoraConfig, PeftModel, get_peft_model, get_peft_model_state_dic
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-from app.ml.encoders import Encoder, embed_texts, load_encoder, registered_bases
+from app.ml.bases import registered_bases
+from app.ml.encoders import Encoder, embed_texts, load_encoder
 from app.ml.errors import InvalidPackage
 from app.ml.head import LabelNameHead
 from app.ml.packages import LearnwarePackage

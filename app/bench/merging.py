@@ -37,16 +37,15 @@ from safetensors.torch import save_file
 from torch import Tensor
 from tqdm import tqdm
 
+from app.ml.adapters import LoraDelta, read_lora_adapter
 from app.ml.data import TextTask, load_task
 from app.ml.encoders import Encoder, TokenBatch, load_encoder, mean_pool, token_batches
 from app.ml.errors import InvalidInput
 from app.ml.finetune import LoraClassifier
 from app.ml.head import LabelNameHead
 from app.ml.merging.driver import Progress, dense_update, merge_lora
-from app.ml.merging.lowrank import LoraDelta
 from app.ml.merging.measure import measure_in_fresh_process
 from app.ml.merging.registry import METHODS, get_method, merge_delta
-from app.ml.reuse import read_lora_adapter
 
 T = TypeVar("T")
 

@@ -17,21 +17,12 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from app.ml.adapters import ADAPTER_CONFIG, ADAPTER_WEIGHTS, read_lora_factors
+from app.ml.adapters import ADAPTER_CONFIG, ADAPTER_WEIGHTS, read_lora_adapter, save_lora_adapter
 from app.ml.bases import resolve_base
 from app.ml.errors import InvalidInput
 from app.ml.finetune import LoraClassifier, accuracy
 from app.ml.merging import LoraDelta, merge_lora
 from app.ml.progress import Progress
-from app.ml.transfer.taskvec import save_lora_adapter
-
-
-def read_lora_adapter(adapter_dir: Path) -> dict[str, LoraDelta]:
-    """A peft LoRA adapter as {base weight name: LoraDelta(B, A, scale)}."""
-    return {
-        f"{module}.weight": LoraDelta(B=f.B, A=f.A, scale=f.scale)
-        for module, f in read_lora_factors(adapter_dir).items()
-    }
 
 
 def _base_weights(base: str, names: set[str]) -> dict[str, torch.Tensor]:

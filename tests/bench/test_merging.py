@@ -20,9 +20,9 @@ from app.bench.merging import (
     scale_param,
     variants,
 )
+from app.ml.adapters import read_lora_adapter
 from app.ml.errors import InvalidInput
 from app.ml.merging import METHODS
-from app.ml.reuse import read_lora_adapter
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

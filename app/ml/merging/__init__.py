@@ -25,6 +25,7 @@ Drivers: `merge_state_dicts` / `merge_into_safetensors` stream full models tenso
 The benchmark (`bench.run_merge_benchmark`) loads the encoder stack, so it is imported on its own.
 """
 
+from app.ml.adapters import LoraDelta
 from app.ml.merging.driver import (
     LoraInput,
     MergeStats,
@@ -37,7 +38,7 @@ from app.ml.merging.driver import (
     merge_state_dicts,
     stream_merge,
 )
-from app.ml.merging.lowrank import LoraDelta, factor_svd
+from app.ml.merging.lowrank import factor_svd
 from app.ml.merging.methods import (
     RANK_RTOL,
     merge_dare,

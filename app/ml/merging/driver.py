@@ -10,8 +10,9 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from app.ml.adapters import LoraDelta
 from app.ml.errors import InvalidInput
-from app.ml.merging.lowrank import LoraDelta, lowrank_pact_filter
+from app.ml.merging.lowrank import lowrank_pact_filter
 from app.ml.merging.methods import MappedTaskVectors
 from app.ml.merging.pact import PactConfig
 from app.ml.merging.registry import get_method, merge_delta

@@ -19,6 +19,7 @@ from typing import Any, Literal, cast, get_args
 import torch
 from safetensors.torch import load_file, save_file
 
+from app.ml.adapters import save_lora_adapter
 from app.ml.bases import resolve_base
 from app.ml.encoders import Encoder, embed_texts, load_encoder
 from app.ml.errors import InvalidInput, InvalidPackage
@@ -41,7 +42,6 @@ from app.ml.transfer.taskvec import (
     load_lora_task_vector,
     merged_deltas,
     module_map,
-    save_lora_adapter,
 )
 from app.ml.transfer.utd import UTDOperator, combine_operators, operator_from_features
 

@@ -21,15 +21,16 @@ def test_registry_declares_every_method_with_defaults() -> None:
         params = method.resolve_params(None)
         assert params == {p.name: p.default for p in method.params}
     assert METHODS["utd"].resolve_params(None)["alpha"] == 0.5
-    assert METHODS["bico"].resolve_params({"alpha": "2"})["alpha"] == 2.0
+    assert METHODS["bico"].resolve_params({"alpha": 2})["alpha"] == 2.0
+    assert isinstance(METHODS["bico"].resolve_params({"alpha": 2})["alpha"], float)
 
 
 def test_bad_method_and_parameters_are_named() -> None:
     with pytest.raises(InvalidInput, match="'ties'"):
         get_method("ties")
-    with pytest.raises(InvalidInput, match="'lr'"):
+    with pytest.raises(InvalidInput, match="bico: unknown parameter.*lr"):
         METHODS["bico"].resolve_params({"lr": 1.0})
-    with pytest.raises(InvalidInput, match=r"'alpha'.*'strong'"):
+    with pytest.raises(InvalidInput, match=r"alpha='strong' must be a number"):
         METHODS["utd"].resolve_params({"alpha": "strong"})
     with pytest.raises(InvalidInput, match="'tokens'"):
         METHODS["naive"].resolve_params({"alignment": "tokens"})

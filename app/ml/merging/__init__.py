@@ -49,7 +49,6 @@ from app.ml.merging.methods import (
     merge_tsv_m,
 )
 from app.ml.merging.pact import PactConfig, pact_filter, pact_shields
-from app.ml.merging.params import ParamSpec, ResolvedParams
 from app.ml.merging.registry import (
     METHODS,
     PACT_PARAMS,
@@ -68,6 +67,7 @@ from app.ml.merging.sources import (
     TensorSink,
     TensorSource,
 )
+from app.ml.params import ParamSpec, ResolvedParams
 
 __all__ = [
     "METHODS",

@@ -1,7 +1,8 @@
-"""Merge parameters declared as data: one `ParamSpec` per knob, validated in one place.
+"""Method parameters declared as data: one `ParamSpec` per knob, validated in one place, for the
+merge methods (``app.ml.merging.registry``) and the transfer methods (``app.ml.transfer.registry``).
 
-The API schema, the CLI help and the docs are all generated from these declarations
-(see `registry.py`), so a parameter is described exactly once.
+The API schema, the CLI help and the docs are all generated from these declarations, so a
+parameter is described exactly once.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from fastapi import APIRouter, File, Query, UploadFile
 from fastapi.responses import StreamingResponse
 
 from app.api.deps import RuntimeDep, SessionDep
-from app.api.uploads import saved_upload
+from app.api.uploads import OptionalSpecFile, saved_upload
 from app.auth.dependencies import AdminKey, CurrentKey, DeveloperKey
 from app.db.models import LearnwareStatus
 from app.learnwares import repository, service
@@ -24,31 +24,19 @@ def submit_learnware(
     session: SessionDep,
     key: DeveloperKey,
     package: Annotated[UploadFile, File(description="the learnware package zip (learnware.yaml + model)")],
-    spec: Annotated[
-        UploadFile | None,
-        File(description="optional: a spec computed locally (PaveSpec.save's .safetensors file)"),
-    ] = None,
+    spec: OptionalSpecFile,
 ) -> LearnwareSubmitted:
     """Submit a learnware package; it is checked now and validated, specified and indexed by a job."""
     settings = runtime.settings
-    with (
-        saved_upload(
-            package,
-            settings.scratch_dir,
-            max_bytes=settings.max_upload_bytes,
-            what="package",
-            filename="package.zip",
-        ) as zip_path,
-        saved_upload(
-            spec,
-            settings.scratch_dir,
-            max_bytes=settings.max_spec_upload_bytes,
-            what="spec",
-            filename="spec.safetensors",
-        ) as spec_path,
-    ):
+    with saved_upload(
+        package,
+        settings.scratch_dir,
+        max_bytes=settings.max_upload_bytes,
+        what="package",
+        filename="package.zip",
+    ) as zip_path:
         assert zip_path is not None
-        learnware, job = service.submit(session, runtime, key, zip_path, spec_path)
+        learnware, job = service.submit(session, runtime, key, zip_path, spec)
         return LearnwareSubmitted(
             learnware_id=learnware.id,
             job_id=job.id,

@@ -25,10 +25,10 @@ from app.jobs import service as jobs
 from app.jobs.stages import VALIDATE_LEARNWARE
 from app.learnwares import repository
 from app.ml.packages import LearnwarePackage, PackageLimits, extract_package
+from app.ml.pave import UploadedSpec, read_spec_file
 from app.runtime import Runtime
 from app.settings import Settings
 from app.spec_spaces import service as spaces
-from app.spec_spaces.service import UploadedSpec
 from app.storage.store import sha256_file
 
 INGEST = "learnware.ingest"
@@ -69,7 +69,7 @@ def _check_package(runtime: Runtime, zip_path: Path) -> tuple[LearnwarePackage, 
             )
         packaged_spec = None
         if package.spec_stem is not None:
-            packaged_spec = spaces.read_spec_file(package.spec_stem.with_suffix(".safetensors"))
+            packaged_spec = read_spec_file(package.spec_stem.with_suffix(".safetensors"))
         return package, packaged_spec, scratch
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -91,11 +91,12 @@ def submit(
     """
     package, packaged_spec, scratch = _check_package(runtime, package_zip)
     try:
-        uploaded = spaces.read_spec_file(spec_file) if spec_file is not None else packaged_spec
-        record = spaces.space_for_spec(
-            session, uploaded.space_id if uploaded else None, runtime.default_space_id
-        )
-        vector = spaces.check_spec(uploaded.vector, record, uploaded.space_id) if uploaded else None
+        uploaded = read_spec_file(spec_file) if spec_file is not None else packaged_spec
+        vector = None
+        if uploaded is not None:
+            record, vector = spaces.check_uploaded(session, uploaded, runtime.default_space_id)
+        else:
+            record = spaces.space_for_spec(session, None, runtime.default_space_id)
         manifest = package.manifest
         existing = repository.duplicate_of(session, owner.id, sha256_file(package_zip))
         if existing is not None:

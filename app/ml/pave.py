@@ -18,6 +18,7 @@ Two recipes (``FitRecipe.steps``):
 from __future__ import annotations
 
 import json
+import struct
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -240,3 +241,55 @@ def _adam_steps(
         optimizer.step()
         if progress:
             progress(step + 1, recipe.steps, f"AdamW step, loss {loss.item():.3f}")
+
+
+@dataclass(frozen=True)
+class UploadedSpec:
+    """A spec read from an uploaded file: the space it claims, its vector, its metadata."""
+
+    space_id: str | None
+    vector: np.ndarray
+    meta: dict[str, str]
+
+
+_MAX_HEADER = 1 << 20
+
+
+def read_spec_file(path: Path) -> UploadedSpec:
+    """Read an uploaded spec written by ``PaveSpec.save`` (``<stem>.safetensors``: tensor ``pave``,
+    the space id in its metadata). The header is parsed here with bounds checks, never by a pickle
+    or a library trusting it; the vector's shape is checked against its space by ``check_vector``."""
+    raw = Path(path).read_bytes()
+    if len(raw) < 8:
+        raise IncompatibleSpec("spec file is not safetensors: shorter than its header length")
+    (header_len,) = struct.unpack("<Q", raw[:8])
+    if header_len > min(_MAX_HEADER, len(raw) - 8):
+        raise IncompatibleSpec("spec file is not safetensors: bad header length")
+    try:
+        header = json.loads(raw[8 : 8 + header_len])
+    except ValueError as exc:
+        raise IncompatibleSpec(f"spec file is not safetensors: {exc}") from exc
+    if not isinstance(header, dict):
+        raise IncompatibleSpec("spec file is not safetensors: header is not an object")
+    meta = header.get("__metadata__") or {}
+    tensor = header.get("pave")
+    if not isinstance(tensor, dict):
+        raise IncompatibleSpec("spec file holds no 'pave' tensor")
+    dtype, shape, offsets = tensor.get("dtype"), tensor.get("shape"), tensor.get("data_offsets")
+    if dtype != "F32":
+        raise IncompatibleSpec(f"spec tensor has dtype {dtype}, not F32")
+    if not (isinstance(shape, list) and all(isinstance(s, int) and s >= 0 for s in shape)):
+        raise IncompatibleSpec(f"spec tensor has a bad shape {shape!r}")
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)):
+        raise IncompatibleSpec("spec tensor has bad data offsets")
+    start, end = 8 + header_len + offsets[0], 8 + header_len + offsets[1]
+    count = int(np.prod(shape)) if shape else 1
+    if not (8 + header_len <= start <= end <= len(raw)) or end - start != 4 * count:
+        raise IncompatibleSpec("spec tensor data does not match its shape")
+    vector = np.frombuffer(raw[start:end], dtype="<f4").reshape(shape).astype(np.float32)
+    claimed = meta.get("space_id") if isinstance(meta, dict) else None
+    return UploadedSpec(
+        space_id=str(claimed) if claimed else None,
+        vector=vector,
+        meta={str(k): str(v) for k, v in meta.items()} if isinstance(meta, dict) else {},
+    )

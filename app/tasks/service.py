@@ -18,6 +18,7 @@ from app.learnwares.service import spec_row
 from app.ml.encoders import check_texts
 from app.ml.head import check_label_names
 from app.ml.identify import label_compatible_first
+from app.ml.pave import read_spec_file
 from app.runtime import Runtime
 from app.spec_spaces import service as spaces
 from app.tasks import repository
@@ -85,9 +86,8 @@ def create_from_spec(
     session: Session, runtime: Runtime, owner: ApiKey, spec_file: Path, top_k: int, label_names: list[str]
 ) -> tuple[UserTask, Job]:
     """A task given as a spec computed on the user's machine: the examples never reach the dock."""
-    uploaded = spaces.read_spec_file(spec_file)
-    record = spaces.space_for_spec(session, uploaded.space_id, runtime.default_space_id)
-    vector = spaces.check_spec(uploaded.vector, record, uploaded.space_id)
+    uploaded = read_spec_file(spec_file)
+    record, vector = spaces.check_uploaded(session, uploaded, runtime.default_space_id)
     spec = spec_row(
         record.id, vector, kind=SpecKind.task, source=SpecSource.uploaded, meta=dict(uploaded.meta)
     )
@@ -169,9 +169,7 @@ def rank(
 
 def identify_now(session: Session, runtime: Runtime, spec_file: Path, k: int) -> IdentifyResult:
     """Rank learnwares for an uploaded spec in this request (nothing is stored)."""
-    uploaded = spaces.read_spec_file(spec_file)
-    record = spaces.space_for_spec(session, uploaded.space_id, runtime.default_space_id)
-    vector = spaces.check_spec(uploaded.vector, record, uploaded.space_id)
+    record, vector = spaces.check_uploaded(session, read_spec_file(spec_file), runtime.default_space_id)
     results, version = rank(session, runtime, record.id, vector, k)
     return IdentifyResult(
         space_id=record.id, index_version=version, matches=[MatchRead.model_validate(r) for r in results]

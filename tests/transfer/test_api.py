@@ -28,9 +28,9 @@ def test_registry_declares_every_method_with_defaults() -> None:
 def test_bad_method_and_parameters_are_named() -> None:
     with pytest.raises(InvalidInput, match="'ties'"):
         get_method("ties")
-    with pytest.raises(InvalidInput, match="bico: unknown parameter.*lr"):
+    with pytest.raises(InvalidInput, match=r"bico: unknown parameter.*lr"):
         METHODS["bico"].resolve_params({"lr": 1.0})
-    with pytest.raises(InvalidInput, match=r"alpha='strong' must be a number"):
+    with pytest.raises(InvalidInput, match="alpha='strong' must be a number"):
         METHODS["utd"].resolve_params({"alpha": "strong"})
     with pytest.raises(InvalidInput, match="'tokens'"):
         METHODS["naive"].resolve_params({"alignment": "tokens"})

@@ -16,6 +16,7 @@ from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 if TYPE_CHECKING:
+    from app.ml.packages import PackageLimits
     from app.ml.spec_space import SpecSpaceConfig
 
 Environment = Literal["development", "testing", "production"]
@@ -158,6 +159,16 @@ class Settings(BaseSettings):
         if not configs:
             raise ValueError("PAVEDOCK_SPEC_SPACES must name at least one spec space")
         return configs
+
+    def package_limits(self) -> PackageLimits:
+        """What extracting a learnware package may take (unpacked bytes, members, ratio)."""
+        from app.ml.packages import PackageLimits
+
+        return PackageLimits(
+            max_total_bytes=self.package_max_unpacked_bytes,
+            max_members=self.package_max_members,
+            max_ratio=self.package_max_ratio,
+        )
 
     def ensure_dirs(self) -> None:
         """Create the embedded mode's folders (harmless in production)."""

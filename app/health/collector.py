@@ -14,7 +14,6 @@ from sqlalchemy import func, select
 from app.db.base import utcnow
 from app.db.models import Job, JobState, Learnware, SpecSpaceRecord
 from app.jobs.dispatch import queue_depths
-from app.jobs.stages import QUEUES
 from app.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -59,9 +58,8 @@ class DockCollector(Collector):
         for info in self.runtime.indexes.loaded():
             size.add_metric([info.space_id], info.size)
         try:
-            for queue, waiting in queue_depths(self.runtime.celery, QUEUES).items():
-                if waiting is not None:
-                    depth.add_metric([queue], waiting)
+            for queue, waiting in queue_depths(self.runtime.celery).items():
+                depth.add_metric([queue], waiting)
         except Exception as exc:
             log.warning("queue depth unavailable: %s", exc)
         yield from (jobs, stale, oldest, learnwares, version, size, depth)

@@ -10,14 +10,9 @@
 from __future__ import annotations
 
 import io
-import shutil
-import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,8 +26,8 @@ from app.index.registry import bump_index_version, vector_from_bytes
 from app.jobs import service as jobs
 from app.jobs.runner import JobContext
 from app.jobs.stages import FIT_LEARNWARE_SPEC
-from app.learnwares.service import package_limits, spec_row
-from app.ml.packages import LearnwarePackage, extract_package
+from app.learnwares.packages import extracted
+from app.learnwares.service import spec_row
 from app.spec_spaces.service import check_spec
 
 _PREDICT_BATCH = 64
@@ -44,20 +39,6 @@ def _learnware(session: Session, ctx: JobContext) -> Learnware:
     if learnware is None:
         raise InvalidPackage(f"learnware {ctx.learnware_id} no longer exists")
     return learnware
-
-
-@contextmanager
-def extracted(ctx: JobContext, sha256: str) -> Iterator[LearnwarePackage]:
-    """A stored package fetched and extracted (checked again) into the job's scratch folder,
-    removed when the block ends."""
-    settings = ctx.runtime.settings
-    settings.scratch_dir.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f"job-{ctx.claim.job_id}-", dir=settings.scratch_dir))
-    try:
-        zip_path = ctx.runtime.store.fetch(sha256, scratch / "package.zip")
-        yield extract_package(zip_path, scratch / "package", package_limits(settings))
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
 @dataclass(frozen=True)
@@ -115,7 +96,7 @@ def validate(ctx: JobContext) -> None:
     if snap is None:
         return
     ctx.progress(0.02, "extracting the package", force=True)
-    with extracted(ctx, snap.package_sha256) as package:
+    with extracted(ctx.runtime, snap.package_sha256, label=f"job-{ctx.claim.job_id}") as package:
         manifest = package.manifest
         started = time.perf_counter()
         runner = load_runner(package)
@@ -195,7 +176,7 @@ def _fit(ctx: JobContext, snap: _Snapshot) -> tuple[np.ndarray, dict[str, Any]]:
             f"this worker's space is {space.id}, the learnware's is {snap.space_id} (another base?)"
         )
     targets = _load_predictions(ctx, snap.predictions_sha256)
-    with extracted(ctx, snap.package_sha256) as package:
+    with extracted(ctx.runtime, snap.package_sha256, label=f"job-{ctx.claim.job_id}") as package:
         texts = package.inputs[: min(ctx.runtime.settings.spec_fit_inputs, len(targets))]
     spec = fit_pave_spec(
         space,

@@ -24,22 +24,13 @@ from app.index.registry import bump_index_version
 from app.jobs import service as jobs
 from app.jobs.stages import VALIDATE_LEARNWARE
 from app.learnwares import repository
-from app.ml.packages import LearnwarePackage, PackageLimits, extract_package
+from app.ml.packages import LearnwarePackage, extract_package
 from app.ml.pave import UploadedSpec, read_spec_file
 from app.runtime import Runtime
-from app.settings import Settings
 from app.spec_spaces import service as spaces
 from app.storage.store import sha256_file
 
 INGEST = "learnware.ingest"
-
-
-def package_limits(settings: Settings) -> PackageLimits:
-    return PackageLimits(
-        max_total_bytes=settings.package_max_unpacked_bytes,
-        max_members=settings.package_max_members,
-        max_ratio=settings.package_max_ratio,
-    )
 
 
 def spec_row(
@@ -61,7 +52,7 @@ def _check_package(runtime: Runtime, zip_path: Path) -> tuple[LearnwarePackage, 
     """Extract into a scratch folder (the caller removes it); refuse what the dock cannot run."""
     scratch = Path(tempfile.mkdtemp(prefix="check-", dir=runtime.settings.scratch_dir))
     try:
-        package = extract_package(zip_path, scratch / "package", package_limits(runtime.settings))
+        package = extract_package(zip_path, scratch / "package", runtime.settings.package_limits())
         if not package.inputs:
             raise InvalidPackage(
                 "the manifest declares no inputs: the dock runs the model on them to validate it "

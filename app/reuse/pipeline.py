@@ -21,7 +21,7 @@ from app.db.models import ApiKey, Job, Learnware
 from app.errors import InvalidInput, InvalidPackage
 from app.jobs import service as jobs
 from app.jobs.runner import JobContext
-from app.learnwares.service import package_limits, submit
+from app.learnwares.service import submit
 from app.ml.packages import extract_package
 
 MAX_DECLARED_INPUTS = 256
@@ -69,7 +69,7 @@ def _fetch(ctx: JobContext, scratch: Path, learnware_id: int) -> _Input:
     folder = scratch / f"in-{learnware_id}"
     folder.mkdir()
     zip_path = ctx.runtime.store.fetch(sha, folder / "package.zip")
-    package = extract_package(zip_path, folder / "package", package_limits(ctx.runtime.settings))
+    package = extract_package(zip_path, folder / "package", ctx.runtime.settings.package_limits())
     return _Input(learnware_id, name, license, tags, package.model_path, list(package.inputs), names)
 
 

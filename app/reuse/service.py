@@ -12,7 +12,7 @@ from app.errors import Conflict, InvalidInput
 from app.jobs import service as jobs
 from app.jobs.stages import REUSE_FINETUNE, REUSE_MERGE, REUSE_TRANSFER, Stage
 from app.learnwares.service import get_visible
-from app.ml.head import check_label_names
+from app.ml.head import check_label_names, class_ids
 from app.reuse.schemas import (
     FinetuneCreate,
     MergeCreate,
@@ -24,7 +24,7 @@ from app.reuse.schemas import (
     TransferCreate,
 )
 from app.runtime import Runtime
-from app.tasks.service import class_ids, get_owned
+from app.tasks.service import get_owned
 
 MERGE = "reuse.merge"
 FINETUNE = "reuse.finetune"

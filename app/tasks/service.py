@@ -16,7 +16,7 @@ from app.jobs.stages import FIT_TASK_SPEC, IDENTIFY_TASK
 from app.learnwares import repository as learnwares
 from app.learnwares.service import spec_row
 from app.ml.encoders import check_texts
-from app.ml.head import check_label_names
+from app.ml.head import check_label_names, class_ids
 from app.ml.identify import label_compatible_first
 from app.ml.pave import read_spec_file
 from app.runtime import Runtime
@@ -25,24 +25,6 @@ from app.tasks import repository
 from app.tasks.schemas import IdentifyResult, MatchRead, TaskCreate, TaskRead
 
 IDENTIFY = "task.identify"
-
-
-def class_ids(labels: Sequence[int] | Sequence[str], names: list[str]) -> list[int]:
-    """Labels given as ids or as names, as ids; refuses unknown ones and a single class."""
-    if all(isinstance(label, str) for label in labels):
-        index = {name: i for i, name in enumerate(names)}
-        unknown = sorted({str(label) for label in labels if label not in index})
-        if unknown:
-            raise InvalidInput(f"labels {unknown} are not among the label names {names}")
-        ids = [index[str(label)] for label in labels]
-    else:
-        ids = [int(label) for label in labels]
-        bad = sorted({i for i in ids if not 0 <= i < len(names)})
-        if bad:
-            raise InvalidInput(f"label ids {bad} are out of range for {len(names)} label names")
-    if len(set(ids)) < 2:
-        raise InvalidInput("the examples cover a single class: a task spec needs at least two")
-    return ids
 
 
 def create_few_shot(

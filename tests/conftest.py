@@ -1,4 +1,6 @@
-"""Shared fixtures of the service tests (tests/api, tests/e2e): real datasets and real packages.
+"""Shared fixtures: real datasets and real packages here; the service's (a migrated database, a
+runtime, the app, keys) in ``tests/fixtures/service.py``; tiny bases in
+``tests/fixtures/tiny_bases.py``.
 
 Only fixtures live here (nothing autouse), so the ML tests are not affected.
 """
@@ -11,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+pytest_plugins = ["tests.fixtures.service", "tests.fixtures.tiny_bases"]
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

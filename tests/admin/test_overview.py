@@ -14,7 +14,7 @@ from app.jobs import service as jobs_service
 from app.jobs.stages import FIT_TASK_SPEC, REBUILD_INDEX
 from app.runtime import Runtime
 from tests.admin.conftest import failed_job, key_prefix, learnware_awaiting_review, running_job
-from tests.api.conftest import Keys
+from tests.fixtures.service import Keys
 
 
 def overview(client: TestClient, keys: Keys) -> dict[str, Any]:

@@ -10,9 +10,7 @@ import pytest
 
 from app.bench.transfer import PROFILES, get_profile, run_transfer_benchmark
 from app.ml.errors import InvalidInput
-from tests.transfer.conftest import LABEL_NAMES, TinyBases, tiny
-
-__all__ = ["tiny"]
+from tests.fixtures.tiny_bases import LABEL_NAMES, TinyBases
 
 
 def _task_folder(root: Path, tiny: TinyBases) -> Path:

@@ -12,7 +12,7 @@ from app.ml import mpnet as mpnet_installer
 from app.ml.bases import resolve_base
 from app.ml.errors import DockError, InvalidInput, UnknownBase
 from app.ml.transfer import METHODS, UnsupportedPair, get_method, transfer_learnware
-from tests.transfer.conftest import LABEL_NAMES, TinyBases
+from tests.fixtures.tiny_bases import LABEL_NAMES, TinyBases
 
 
 def test_registry_declares_every_method_with_defaults() -> None:

@@ -18,7 +18,7 @@ from app.ml.transfer.taskvec import (
     module_name,
     parse_module,
 )
-from tests.transfer.conftest import TinyBases
+from tests.fixtures.tiny_bases import TinyBases
 
 
 def test_depth_map_matches_nearest_source_layer() -> None:

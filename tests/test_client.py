@@ -16,8 +16,7 @@ from fastapi.testclient import TestClient
 from app.client import DockAPIError, DockClient
 from app.main import create_app
 from app.runtime import Runtime
-from tests.api.conftest import Keys, write_spec
-from tests.api.test_tasks import add_ready_learnware
+from tests.fixtures.service import Keys, add_ready_learnware, write_spec
 
 
 @pytest.fixture

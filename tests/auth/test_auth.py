@@ -11,7 +11,7 @@ from sqlalchemy import select
 from app.auth.service import create_key, hash_token
 from app.db.models import ApiKey, Role
 from app.runtime import Runtime
-from tests.api.conftest import Keys
+from tests.fixtures.service import Keys
 
 
 def test_missing_and_invalid_keys_are_401(client: TestClient, keys: Keys) -> None:

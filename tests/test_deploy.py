@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from app.auth.service import hash_token
 from app.db.models import ApiKey, Role
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_compose_file_validates() -> None:

@@ -9,14 +9,8 @@ from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, inspect
 
 from app.db.base import Base
-from app.db.migrate import alembic_config, downgrade, head_revision, upgrade
-
-
-def script_head(url: str) -> str | None:
-    """The newest revision among the migration scripts."""
-    from alembic.script import ScriptDirectory
-
-    return ScriptDirectory.from_config(alembic_config(url)).get_current_head()
+from app.db.migrate import downgrade, head_revision, upgrade
+from tests.fixtures.service import script_head
 
 
 def test_the_migrated_schema_matches_the_models(database_url: str) -> None:

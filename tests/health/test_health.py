@@ -5,8 +5,7 @@ from __future__ import annotations
 from fastapi.testclient import TestClient
 
 from app.runtime import Runtime
-from tests.api.conftest import Keys
-from tests.api.test_migrations import script_head
+from tests.fixtures.service import Keys, script_head
 
 
 def test_liveness_and_readiness(client: TestClient, runtime: Runtime) -> None:

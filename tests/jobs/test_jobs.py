@@ -14,7 +14,7 @@ from app.db.models import Job, JobState, Learnware, LearnwareStatus
 from app.jobs import service
 from app.jobs.service import JobLost
 from app.runtime import Runtime
-from tests.api.conftest import Keys, broker_messages
+from tests.fixtures.service import Keys, broker_messages
 
 STALE = timedelta(seconds=30)
 

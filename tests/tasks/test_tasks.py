@@ -9,11 +9,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
-from app.db.models import Job, Learnware, LearnwareStatus, SpecKind, SpecSource, UserTask
-from app.index.registry import bump_index_version
-from app.learnwares.service import spec_row
+from app.db.models import Job, UserTask
 from app.runtime import Runtime
-from tests.api.conftest import Keys, broker_messages, write_spec
+from tests.fixtures.service import Keys, add_ready_learnware, broker_messages, write_spec
 
 TEXTS = ["what a wonderful film", "I hated every minute", "a masterpiece", "dull and far too long"]
 
@@ -118,40 +116,6 @@ def test_a_bad_task_spec_is_refused(
     )
     assert response.status_code == 422
     assert response.json()["error"]["code"] == "incompatible_spec"
-
-
-def add_ready_learnware(
-    runtime: Runtime, owner_id: int, name: str, vector: np.ndarray, label_names: tuple[str, ...] = ("a", "b")
-) -> int:
-    """What the spec stage of the pipeline leaves behind: a ready learnware stamped into the index."""
-    with runtime.db.session() as session:
-        spec = spec_row(
-            runtime.default_space_id,
-            vector.astype(np.float32),
-            kind=SpecKind.model,
-            source=SpecSource.computed,
-            meta={},
-        )
-        session.add(spec)
-        session.flush()
-        learnware = Learnware(
-            owner_id=owner_id,
-            status=LearnwareStatus.ready,
-            name=name,
-            task_type="text-classification",
-            label_names=list(label_names),
-            model_format="onnx",
-            license="MIT",
-            package_sha256="0" * 64,
-            package_size=0,
-            space_id=runtime.default_space_id,
-            spec_id=spec.id,
-            spec_recomputed=True,
-        )
-        session.add(learnware)
-        session.flush()
-        learnware.index_seq = bump_index_version(session, runtime.default_space_id)
-        return learnware.id
 
 
 def test_identify_ranks_by_cosine_and_follows_the_database_without_a_restart(

@@ -7,8 +7,7 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.runtime import Runtime
-from tests.api.conftest import Keys
-from tests.api.test_tasks import add_ready_learnware
+from tests.fixtures.service import Keys, add_ready_learnware
 
 
 def test_the_index_file_comes_back_after_a_restart_and_catches_up(

@@ -21,17 +21,7 @@ from sqlalchemy import func, select
 
 from app.db.models import Job, JobState, Learnware, LearnwareStatus, Spec, SpecSource, SpecSpaceRecord
 from app.runtime import Runtime
-from tests.api.conftest import Keys, broker_messages, stored_blobs, write_spec
-
-
-def submit(
-    client: TestClient, keys: Keys, package: Path | bytes, who: str = "developer", spec: Path | None = None
-):  # type: ignore[no-untyped-def]
-    data = package.read_bytes() if isinstance(package, Path) else package
-    files = {"package": ("package.zip", data, "application/zip")}
-    if spec is not None:
-        files["spec"] = ("spec.safetensors", spec.read_bytes(), "application/octet-stream")
-    return client.post("/v1/learnwares", headers=keys.auth(who), files=files)
+from tests.fixtures.service import Keys, broker_messages, stored_blobs, submit, write_spec
 
 
 def rebuild_zip(

@@ -28,7 +28,7 @@ import logging
 import shutil
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -163,13 +163,6 @@ class Learnware:
     @property
     def key(self) -> str:
         return f"{self.task}-{self.family}-{'corrupted' if self.corrupted else 'good'}"
-
-
-@dataclass
-class UserResult:
-    task: str
-    seed: int
-    methods: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 class Cache:
@@ -376,13 +369,6 @@ class Market:
                 ).vector
             ),
         )
-
-
-def _rank_of(matches: list[Match], lw_id: int) -> int:
-    for rank, match in enumerate(matches):
-        if match.id == lw_id:
-            return rank
-    return len(matches)
 
 
 def _tie_block(ranking: list[Match], position: int) -> tuple[int, int]:

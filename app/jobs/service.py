@@ -320,11 +320,6 @@ def _fail_subject(session: Session, job: Job, reason: str, *, rejected: bool) ->
         )
 
 
-def is_active(session: Session, claim_: Claim) -> bool:
-    job = session.get(Job, claim_.job_id, populate_existing=True)
-    return job is not None and job.state == JobState.running and job.attempts == claim_.attempt
-
-
 # ---- the reaper -------------------------------------------------------------------------------
 
 

@@ -23,7 +23,6 @@ from app.ml.errors import InvalidInput, UnknownBase
 
 log = logging.getLogger(__name__)
 
-WEIGHT_SUFFIXES = (".safetensors",)
 
 # LoRA placement per architecture: the attention query and value projections.
 LORA_TARGETS: dict[str, tuple[str, ...]] = {

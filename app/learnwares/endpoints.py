@@ -108,8 +108,7 @@ def download_package(
     learnware_id: int, key: CurrentKey, session: SessionDep, runtime: RuntimeDep
 ) -> StreamingResponse:
     """Download the learnware's package zip (its sha256 is in the ``X-Content-SHA256`` header)."""
-    learnware = service.get_visible(session, key, learnware_id)
-    stream = runtime.store.open(learnware.package_sha256)
+    learnware, stream = service.open_package(session, runtime, key, learnware_id)
 
     def chunks() -> object:
         try:

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from app.api.deps import RuntimeDep, SessionDep
-from app.api.errors import PayloadTooLarge
+from app.api.errors import PayloadTooLarge, status_and_code
 from app.db.models import ApiKey, Job, JobState, Learnware, TaskStatus, UserTask
 from app.jobs.service import get_visible_job
 from app.ml.errors import DockError
@@ -97,7 +97,7 @@ async def find(
             field, message = _validation_field(exc)
         else:
             field, message = _field_of(exc), str(exc)
-        status = 413 if isinstance(exc, PayloadTooLarge) else 422
+        status = status_and_code(exc)[0] if isinstance(exc, DockError) else 422
         context = {"title": "Find a model for my task", "form": form, "errors": {field: message}}
         return page(request, "find.html", context, status_code=status)
     db.commit()  # the job is enqueued once committed; the page below polls it
@@ -229,7 +229,14 @@ async def task_reuse(
         db.rollback()
         field = _field_of(exc) if isinstance(exc, FieldError) else "reuse"
         return _task_page(
-            request, db, runtime, key, task, form=form, errors={field: str(exc)}, status_code=422
+            request,
+            db,
+            runtime,
+            key,
+            task,
+            form=form,
+            errors={field: str(exc)},
+            status_code=status_and_code(exc)[0],
         )
     db.commit()
     job_ids = [c.job_id for c in (submitted.finetune, submitted.merge) if c is not None]

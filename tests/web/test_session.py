@@ -20,7 +20,7 @@ def test_codec_refuses_forged_and_expired_cookies() -> None:
     raw = codec.encode(session)
     back = codec.decode(raw)
     assert back is not None and (back.key_id, back.nonce) == (7, session.nonce)
-    body, mac = raw.split(".")
+    _body, mac = raw.split(".")
     forged = codec.encode(codec.new(key_id=8)).split(".")[0] + "." + mac
     assert codec.decode(forged) is None
     assert SessionCodec(secret=b"t" * 32, lifetime_s=60, secure=False).decode(raw) is None

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from app.api.deps import RuntimeDep, SessionDep
 from app.api.errors import PayloadTooLarge, status_and_code
+from app.api.uploads import saved_upload
 from app.db.models import ApiKey, Job, JobState, Learnware, TaskStatus, UserTask
 from app.jobs.service import get_visible_job
 from app.ml.errors import DockError
@@ -102,6 +103,42 @@ async def find(
         return page(request, "find.html", context, status_code=status)
     db.commit()  # the job is enqueued once committed; the page below polls it
     response = _task_page(request, db, runtime, key, task, examples=_examples_jsonl(parsed))
+    response.headers["HX-Push-Url"] = f"/tasks/{task.id}"
+    return response
+
+
+@router.post("/find/spec", dependencies=[CsrfChecked])
+def find_by_spec(
+    request: Request,
+    key: SignedIn,
+    db: SessionDep,
+    runtime: RuntimeDep,
+    spec: Annotated[UploadFile | None, File()] = None,
+    spec_label_names: Annotated[str, Form(max_length=20_000)] = "",
+) -> Response:
+    """A task given as a spec fitted on the user's machine: the examples never reach the dock."""
+    form = {"spec_label_names": spec_label_names}
+    settings = runtime.settings
+    try:
+        if spec is None or not spec.filename:
+            raise FieldError("choose the task spec's .safetensors file", "spec")
+        names = [n.strip() for n in spec_label_names.split(",") if n.strip()]
+        with saved_upload(
+            spec,
+            settings.scratch_dir,
+            max_bytes=settings.max_spec_upload_bytes,
+            what="spec",
+            filename="spec.safetensors",
+        ) as path:
+            assert path is not None
+            task, _job = tasks.create_from_spec(db, runtime, key, path, TOP_K, names)
+    except DockError as exc:
+        db.rollback()
+        field = exc.field if isinstance(exc, FieldError) else "spec"
+        context = {"title": "Find a model for my task", "form": form, "errors": {field: str(exc)}}
+        return page(request, "find.html", context, status_code=status_and_code(exc)[0])
+    db.commit()
+    response = _task_page(request, db, runtime, key, task)
     response.headers["HX-Push-Url"] = f"/tasks/{task.id}"
     return response
 

@@ -198,9 +198,6 @@ def test_user_finds_a_model_downloads_and_fine_tunes_it(
     cards = driver.find_elements(By.CSS_SELECTOR, "#results .card")
     assert [int(c.get_attribute("data-learnware")) for c in cards] == [catalog["sst2-lora"]]
     assert "?q=positive" in driver.current_url
-    driver.get(f"{market.url}/")
-    screenshot(driver, "browse")
-    screenshot(driver, "browse-phone", width=390)
 
     # Find a model: paste the task's examples (CSV with a header).
     text, label_names = _shots_csv(datasets_dir)
@@ -269,6 +266,15 @@ def test_user_finds_a_model_downloads_and_fine_tunes_it(
     assert driver.find_element(By.CSS_SELECTOR, "#ranking li").get_attribute("data-learnware") == str(
         catalog["sst2-lora"]
     )
+
+    # The market by downloads: the adapter first, with its counters; the user's own fine-tune
+    # among the cards (private, theirs alone).
+    driver.get(f"{market.url}/?sort=downloads")
+    cards = driver.find_elements(By.CSS_SELECTOR, "#results .card")
+    assert int(cards[0].get_attribute("data-learnware")) == catalog["sst2-lora"]
+    assert own_id in [int(c.get_attribute("data-learnware")) for c in cards]
+    screenshot(driver, "browse")
+    screenshot(driver, "browse-phone", width=390)
 
 
 def test_a_user_cannot_reach_another_users_task_or_a_private_learnware(

@@ -61,7 +61,7 @@ def test_find_posts_a_task_and_keeps_the_examples_in_the_page_for_reuse(
         job = session.scalars(select(Job)).one()
         assert job.task_id == task.id and job.kind == "task.identify"
     assert response.headers["HX-Push-Url"] == f"/tasks/{task.id}"
-    assert 'hx-get="/tasks/%d/progress"' % task.id in response.text  # polls while it runs
+    assert f'hx-get="/tasks/{task.id}/progress"' in response.text  # polls while it runs
     textarea = re.search(r'<textarea id="reuse-examples"[^>]*>(.*?)</textarea>', response.text, re.S)
     assert textarea and '{"text": "great film", "label": "positive"}' in textarea.group(1).replace(
         "&#34;", '"'
@@ -308,3 +308,35 @@ def test_the_vendored_htmx_is_the_npm_release_it_names() -> None:
     data = Path("app/web/static/htmx.min.js").read_bytes()
     assert hashlib.sha256(data).hexdigest() == record["sha256"]
     assert f'version:"{record["version"]}"'.encode() in data
+
+
+def test_find_by_a_spec_fitted_locally(
+    client: TestClient, keys: Keys, runtime: Runtime, space: tuple[str, int], tmp_path: Path
+) -> None:
+    import numpy as np
+
+    from tests.api.conftest import write_spec
+
+    csrf = sign_in(client, keys.user)
+    bad = client.post(
+        "/find/spec",
+        data={"csrf_token": csrf},
+        files={"spec": ("t.safetensors", b"junk", "application/octet-stream")},
+    )
+    assert bad.status_code == 422 and 'id="spec-error"' in bad.text and "not safetensors" in bad.text
+    assert count(runtime, UserTask) == 0
+    spec = write_spec(tmp_path / "task", space[0], np.random.default_rng(0).standard_normal(space[1]))
+    response = client.post(
+        "/find/spec",
+        data={"csrf_token": csrf, "spec_label_names": "negative, positive"},
+        files={"spec": ("task.safetensors", spec.read_bytes(), "application/octet-stream")},
+    )
+    assert response.status_code == 200, response.text
+    with runtime.db.session() as session:
+        task = session.scalars(select(UserTask)).one()
+        assert (
+            task.examples is None
+            and task.spec_id is not None
+            and task.label_names == ["negative", "positive"]
+        )
+    assert "A spec fitted on your machine" in response.text

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from app.db.models import ApiKey, Job, Learnware, LearnwareStatus, Role, Spec
 from app.runtime import Runtime
+from app.storage.store import ArtifactNotFound
 
 README_NAMES = ("README.md", "readme.md", "README.MD", "Readme.md", "README.txt", "README")
 MAX_README_BYTES = 256 * 1024
@@ -90,7 +91,7 @@ def read_extras(runtime: Runtime, sha256: str, inputs_name: str | None) -> Packa
         path = runtime.store.fetch(sha256, scratch / "package.zip")
         with zipfile.ZipFile(path) as zf:
             return _from_zip(zf, inputs_name)
-    except (OSError, zipfile.BadZipFile, KeyError):
+    except (OSError, zipfile.BadZipFile, KeyError, ArtifactNotFound):  # shown as an empty card part
         return PackageExtras()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
+from pydantic import ValidationError
 
 from app.api.deps import RuntimeDep, SessionDep
 from app.api.errors import NotFound, status_and_code
@@ -15,6 +16,8 @@ from app.db.models import LearnwareStatus, Role
 from app.learnwares import service as learnwares
 from app.learnwares.browse import SORTS, BrowseQuery, browse, facets
 from app.ml.errors import DockError
+from app.reuse import service as reuse
+from app.reuse.schemas import TransferCreate
 from app.web.card import ExtrasCache, latest_ingest, lineage_links, spec_facts, usage
 from app.web.errors import FieldError
 from app.web.render import HERE, WebRoute, page, render_markdown
@@ -200,9 +203,80 @@ def learnware_page(
         "in_progress": learnware.status in IN_PROGRESS,
         "usage": usage(learnware, str(request.base_url).rstrip("/")),
         "manifest": learnware.manifest,
+        "transfer": transfer_choices(learnware.base_model) if learnware.model_format == "peft-lora" else None,
+        "transfer_form": {"method": "bico", "private": True},
+        "transfer_errors": {},
         "title": learnware.name,
     }
     return page(request, "learnware.html", context)
+
+
+def transfer_choices(learnware_base: str | None) -> dict[str, Any]:
+    """The bases a LoRA learnware can move to and the methods that yield an adapter."""
+    from app.ml.encoders import registered_bases
+    from app.ml.transfer import METHODS
+
+    return {
+        "bases": [b for b in registered_bases() if b != learnware_base],
+        "methods": [(m.name, m.summary) for m in METHODS.values() if m.output == "adapter"],
+    }
+
+
+def _transfer_field(message: str, method: str) -> str:
+    """The form field a transfer refusal is about (the service names it in words)."""
+    if "transfer method" in message or message.startswith(f"{method} "):
+        return "method"
+    if "base" in message or "already on" in message:
+        return "target_base"
+    return "texts" if "text" in message else "transfer"
+
+
+@router.post("/learnwares/{learnware_id}/transfer", dependencies=[CsrfChecked])
+def transfer(
+    request: Request,
+    learnware_id: int,
+    key: SignedIn,
+    db: SessionDep,
+    runtime: RuntimeDep,
+    target_base: Annotated[str, Form(max_length=256)] = "",
+    method: Annotated[str, Form(max_length=64)] = "bico",
+    texts: Annotated[str, Form(max_length=2_000_000)] = "",
+    private: Annotated[str, Form()] = "",
+) -> Response:
+    """Move a LoRA learnware onto another base (the reuse service's transfer), then follow it."""
+    lines = [t.strip() for t in texts.splitlines() if t.strip()]
+    try:
+        if len(lines) < 2:
+            raise FieldError(f"give at least two calibration texts, one a line (got {len(lines)})", "texts")
+        try:
+            body = TransferCreate(
+                learnware_id=learnware_id,
+                target_base=target_base,
+                method=method,
+                texts=lines,
+                private=bool(private),
+            )
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = str(first["loc"][0]) if first.get("loc") else "texts"
+            raise FieldError(f"{where.replace('_', ' ')}: {first['msg']}", where) from None
+        job = reuse.create_transfer(db, runtime, key, body)
+    except DockError as exc:
+        db.rollback()
+        message = str(exc)
+        field = exc.field if isinstance(exc, FieldError) else _transfer_field(message, method)
+        response = learnware_page(request, learnware_id, key, db, runtime)
+        context = dict(response.context)  # type: ignore[attr-defined]
+        context["transfer_form"] = {
+            "target_base": target_base,
+            "method": method,
+            "texts": texts,
+            "private": bool(private),
+        }
+        context["transfer_errors"] = {field: message}
+        return page(request, "learnware.html", context, status_code=status_and_code(exc)[0])
+    db.commit()
+    return RedirectResponse(f"/jobs/{job.id}", status_code=303)
 
 
 @router.get("/learnwares/{learnware_id}/status")

@@ -340,3 +340,47 @@ def test_find_by_a_spec_fitted_locally(
             and task.label_names == ["negative", "positive"]
         )
     assert "A spec fitted on your machine" in response.text
+
+
+def test_transfer_from_a_learnwares_page(
+    client: TestClient, keys: Keys, runtime: Runtime, space: tuple[str, int]
+) -> None:
+    from app.ml.encoders import resolve_base
+    from app.ml.errors import UnknownBase
+
+    adapter = add(
+        runtime,
+        space[0],
+        "developer",
+        "sst2 adapter",
+        model_format="peft-lora",
+        base_model="all-MiniLM-L6-v2",
+    )
+    onnx = add(runtime, space[0], "developer", "an onnx model")
+    csrf = sign_in(client, keys.user)
+    page = client.get(f"/learnwares/{adapter}")
+    assert 'id="transfer-form"' in page.text and '<option value="all-mpnet-base-v2"' in page.text
+    assert 'id="transfer-form"' not in client.get(f"/learnwares/{onnx}").text  # adapters only
+    form = {"csrf_token": csrf, "target_base": "all-mpnet-base-v2", "method": "bico", "texts": "good\nbad\n"}
+    for data, field, message in (
+        ({"texts": "only one"}, "texts", "at least two calibration texts"),
+        ({"method": "utd"}, "method", "embedding operator"),
+        ({"method": "nope"}, "method", "unknown transfer method"),
+        ({"target_base": "all-MiniLM-L6-v2"}, "target_base", "already on all-MiniLM-L6-v2"),
+    ):
+        response = client.post(f"/learnwares/{adapter}/transfer", data={**form, **data})
+        assert response.status_code == 422, response.text
+        assert f'id="{field}-error"' in response.text and message in response.text
+    assert count(runtime, Job) == 0
+    try:
+        resolve_base("all-mpnet-base-v2")
+        installed = True
+    except UnknownBase:
+        installed = False
+    response = client.post(f"/learnwares/{adapter}/transfer", data=form, follow_redirects=False)
+    if installed:
+        assert response.status_code == 303 and response.headers["location"].startswith("/jobs/")
+        assert count(runtime, Job) == 1
+    else:
+        assert response.status_code == 422 and 'id="target_base-error"' in response.text
+        assert "pavedock bases install all-mpnet-base-v2" in response.text and count(runtime, Job) == 0

@@ -40,12 +40,16 @@ class BrowseQuery:
     labels: tuple[str, ...] = ()
     """Label names every result must have (case-insensitive)."""
     license: str = ""
+    tag: str = ""
+    """A tag every result must have (exactly)."""
     owner_id: int | None = None
     status: LearnwareStatus | None = None
     mine: bool = False
     sort: Sort = "newest"
     page: int = 1
     per_page: int = 12
+    clamp: bool = True
+    """A page past the last shows the last (pages); else it is empty (the API)."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,11 @@ def _any_element(session: Session, column: object, predicate: object) -> ColumnE
     return select(1).select_from(elements).where(test).exists()  # type: ignore[arg-type]
 
 
+def _any_element_exact(session: Session, column: object, value: str) -> ColumnElement[bool]:
+    elements = _elements(session, column)
+    return select(1).select_from(elements).where(elements.c.value == value).exists()  # type: ignore[arg-type, attr-defined]
+
+
 def _json_length(session: Session, column: object) -> ColumnElement[int]:
     name = "jsonb_array_length" if _dialect(session) == "postgresql" else "json_array_length"
     return getattr(func, name)(column)  # type: ignore[no-any-return, unused-ignore]
@@ -114,6 +123,8 @@ def _filtered(session: Session, key: ApiKey, query: BrowseQuery) -> Select[Learn
         stmt = stmt.where(Learnware.owner_id == query.owner_id)
     if query.n_classes is not None:
         stmt = stmt.where(_json_length(session, Learnware.label_names) == query.n_classes)
+    if query.tag:
+        stmt = stmt.where(_any_element_exact(session, Learnware.tags, query.tag))
     for label in query.labels:
         wanted = label.strip().lower()
         stmt = stmt.where(_any_element(session, Learnware.label_names, lambda v, w=wanted: v == w))
@@ -147,7 +158,7 @@ def browse(session: Session, key: ApiKey, query: BrowseQuery) -> BrowsePage:
     stmt = _filtered(session, key, query)
     total = int(session.scalar(select(func.count()).select_from(stmt.subquery())) or 0)
     pages = max(1, -(-total // query.per_page))
-    page = min(max(1, query.page), pages)
+    page = min(max(1, query.page), pages) if query.clamp else max(1, query.page)
     rows = session.scalars(
         stmt.order_by(*_ORDER[query.sort]).offset((page - 1) * query.per_page).limit(query.per_page)
     ).all()

@@ -171,3 +171,28 @@ def test_owners_see_their_own_in_any_state(runtime: Runtime, keys: Keys, market:
         assert {r.id for r in mine.items} == {market["topics"], market["pending"]}
         admin = session.scalars(select(ApiKey).where(ApiKey.name == "admin")).one()
         assert browse(session, admin, BrowseQuery(q="fine-tune")).total == 1
+
+
+def test_the_api_lists_with_the_same_search(client: TestClient, keys: Keys, market: dict[str, int]) -> None:
+    def listed(**params: object) -> list[int]:
+        response = client.get("/v1/learnwares", params=params, headers=keys.auth("user"))
+        assert response.status_code == 200, response.text
+        return [item["id"] for item in response.json()["items"]]
+
+    assert listed(q="ham") == [market["spam"]]  # label names, as on the page
+    assert listed(label=["spam", "HAM"]) == [market["spam"]]
+    assert listed(n_classes=6) == [market["topics"]]
+    assert listed(tag="trec") == [market["topics"]] and listed(tag="tre") == []
+    assert listed(sort="ranked_first")[:2] == [market["spam"], market["sentiment"]]
+    assert listed(license="Apache-2.0", base_model="all-MiniLM-L6-v2") == [market["spam"]]
+    page = client.get("/v1/learnwares", params={"limit": 2, "page": 5}, headers=keys.auth("user")).json()
+    assert page["items"] == [] and page["pagination"] == {
+        "total_count": 3,
+        "page": 5,
+        "limit": 2,
+        "max_page": 2,
+    }
+    item = client.get(f"/v1/learnwares/{market['spam']}", headers=keys.auth("user")).json()
+    assert (item["download_count"], item["ranked_first_count"], item["lineage"]) == (1, 7, None)
+    bad = client.get("/v1/learnwares", params={"sort": "best"}, headers=keys.auth("user"))
+    assert bad.status_code == 422 and "sort" in bad.json()["error"]["message"]

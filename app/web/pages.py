@@ -1,4 +1,4 @@
-"""Sign-in, browsing, a learnware's page, its download, my learnwares and delete."""
+"""Sign-in, browsing, a learnware's page (download, delete, transfer to another base), my learnwares."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from app.api.deps import RuntimeDep, SessionDep
 from app.api.errors import NotFound, status_and_code
 from app.auth.service import authenticate
-from app.db.models import LearnwareStatus, Role
+from app.db.models import ApiKey, LearnwareStatus, Role
 from app.learnwares import service as learnwares
 from app.learnwares.browse import SORTS, BrowseQuery, browse, facets
 from app.ml.errors import DockError
@@ -182,15 +182,13 @@ def browse_page(
     return page(request, template, context, status_code=422 if errors else 200)
 
 
-@router.get("/learnwares/{learnware_id}")
-def learnware_page(
-    request: Request, learnware_id: int, key: SignedIn, db: SessionDep, runtime: RuntimeDep
-) -> Response:
+def _learnware_context(
+    request: Request, learnware_id: int, key: ApiKey, db: SessionDep, runtime: RuntimeDep
+) -> dict[str, Any]:
     learnware = learnwares.get_visible(db, key, learnware_id)
     extras = _extras.get(runtime, learnware)
-    owner = db.get(type(key), learnware.owner_id) if learnware.owner_id else None
-    job = latest_ingest(db, learnware.id)
-    context = {
+    owner = db.get(ApiKey, learnware.owner_id) if learnware.owner_id else None
+    return {
         "lw": learnware,
         "owner_name": owner.name if owner else None,
         "is_owner": learnware.owner_id == key.id,
@@ -199,7 +197,7 @@ def learnware_page(
         "readme_html": render_markdown(extras.readme) if extras.readme else None,
         "spec": spec_facts(db, learnware),
         "lineage": lineage_links(db, key, learnware),
-        "job": job,
+        "job": latest_ingest(db, learnware.id),
         "in_progress": learnware.status in IN_PROGRESS,
         "usage": usage(learnware, str(request.base_url).rstrip("/")),
         "manifest": learnware.manifest,
@@ -208,7 +206,13 @@ def learnware_page(
         "transfer_errors": {},
         "title": learnware.name,
     }
-    return page(request, "learnware.html", context)
+
+
+@router.get("/learnwares/{learnware_id}")
+def learnware_page(
+    request: Request, learnware_id: int, key: SignedIn, db: SessionDep, runtime: RuntimeDep
+) -> Response:
+    return page(request, "learnware.html", _learnware_context(request, learnware_id, key, db, runtime))
 
 
 def transfer_choices(learnware_base: str | None) -> dict[str, Any]:
@@ -265,8 +269,7 @@ def transfer(
         db.rollback()
         message = str(exc)
         field = exc.field if isinstance(exc, FieldError) else _transfer_field(message, method)
-        response = learnware_page(request, learnware_id, key, db, runtime)
-        context = dict(response.context)  # type: ignore[attr-defined]
+        context = _learnware_context(request, learnware_id, key, db, runtime)
         context["transfer_form"] = {
             "target_base": target_base,
             "method": method,

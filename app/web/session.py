@@ -22,7 +22,7 @@ import logging
 import os
 import secrets
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -69,7 +69,6 @@ class SessionCodec:
     secret: bytes
     lifetime_s: int
     secure: bool
-    _seen: dict[str, float] = field(default_factory=dict)
 
     def _mac(self, purpose: str, data: bytes) -> bytes:
         return hmac.new(self.secret, purpose.encode() + b"\0" + data, hashlib.sha256).digest()

@@ -206,6 +206,7 @@ def browser(tmp_path: Path) -> Iterator[object]:
         f"--user-data-dir={tmp_path / 'chromium-profile'}",
     ):  # fmt: skip
         options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # console errors, for CSP checks
     # Downloads land in the test's own folder, without a prompt (see the ``downloads`` fixture).
     options.add_experimental_option(
         "prefs",

@@ -116,6 +116,13 @@ def sign_in(driver: Any, dock: Dock, token: str) -> None:
     wait_for("the signed-in page", lambda: driver.find_element(By.ID, "whoami").is_displayed())
 
 
+def assert_console_clean(driver: Any) -> None:
+    """No script error and nothing the page's CSP refused (htmx and web.js run under it)."""
+    errors = [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    refused = [m for m in errors if "Content Security Policy" in m or "Uncaught" in m]
+    assert not refused, refused
+
+
 def nav_links(driver: Any) -> list[str]:
     from selenium.webdriver.common.by import By
 
@@ -170,6 +177,7 @@ def test_developer_submits_a_package_and_sees_it_ready(
     )
     assert "ready" in row.text
     screenshot(driver, "mine")
+    assert_console_clean(driver)
 
 
 def _shots_csv(datasets_dir: Path) -> tuple[str, list[str]]:
@@ -275,6 +283,7 @@ def test_user_finds_a_model_downloads_and_fine_tunes_it(
     assert own_id in [int(c.get_attribute("data-learnware")) for c in cards]
     screenshot(driver, "browse")
     screenshot(driver, "browse-phone", width=390)
+    assert_console_clean(driver)
 
 
 def test_a_user_cannot_reach_another_users_task_or_a_private_learnware(

@@ -12,6 +12,7 @@ With PAVEDOCK_UPDATE_SCREENSHOT=1 each page's screenshot is written to docs/scre
 
 from __future__ import annotations
 
+import base64
 import csv
 import io
 import os
@@ -107,13 +108,39 @@ def catalog(market: Dock, lora_packages: dict[str, Path], tfidf_packages: dict[s
 
 def sign_in(driver: Any, dock: Dock, token: str) -> None:
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
 
     driver.delete_all_cookies()
     driver.get(f"{dock.url}/signin")
     field = wait_for("the sign-in form", lambda: driver.find_element(By.ID, "api_key"))
-    field.send_keys(token)
-    driver.find_element(By.ID, "signin-button").click()
+    field.send_keys(token + Keys.ENTER)  # the keyboard alone signs in
     wait_for("the signed-in page", lambda: driver.find_element(By.ID, "whoami").is_displayed())
+
+
+def assert_labelled(driver: Any) -> None:
+    """Every visible form control has a label (or an aria-label) a screen reader announces."""
+    unlabelled = driver.execute_script(
+        """return [...document.querySelectorAll("input, select, textarea")]
+            .filter((el) => el.type !== "hidden" && !(el.labels && el.labels.length) && !el.getAttribute("aria-label"))
+            .map((el) => el.id || el.name);"""
+    )
+    assert unlabelled == [], unlabelled
+
+
+def drop_file(driver: Any, zone_selector: str, name: str, data: bytes) -> None:
+    """Drag and drop a file onto a drop zone, as a desktop would (a DragEvent with files)."""
+    driver.execute_script(
+        """const [selector, name, b64] = arguments;
+        const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+        const transfer = new DataTransfer();
+        transfer.items.add(new File([bytes], name, {type: "application/zip"}));
+        const zone = document.querySelector(selector);
+        zone.dispatchEvent(new DragEvent("dragover", {bubbles: true, cancelable: true, dataTransfer: transfer}));
+        zone.dispatchEvent(new DragEvent("drop", {bubbles: true, cancelable: true, dataTransfer: transfer}));""",
+        zone_selector,
+        name,
+        base64.b64encode(data).decode(),
+    )
 
 
 def assert_console_clean(driver: Any) -> None:
@@ -146,7 +173,9 @@ def test_developer_submits_a_package_and_sees_it_ready(
     with zipfile.ZipFile(bad, "w") as zf:
         zf.writestr("model.onnx", b"not a model")
     driver.get(f"{market.url}/submit")
-    driver.find_element(By.ID, "package").send_keys(str(bad))
+    assert_labelled(driver)
+    drop_file(driver, "[data-dropzone]", bad.name, bad.read_bytes())
+    assert driver.execute_script("return document.getElementById('package').files[0].name") == bad.name
     driver.find_element(By.ID, "submit-button").click()
     error = wait_for("the refusal", lambda: driver.find_element(By.ID, "package-error").text)
     assert "learnware.yaml" in error
@@ -210,6 +239,7 @@ def test_user_finds_a_model_downloads_and_fine_tunes_it(
     # Find a model: paste the task's examples (CSV with a header).
     text, label_names = _shots_csv(datasets_dir)
     driver.get(f"{market.url}/find")
+    assert_labelled(driver)
     driver.find_element(By.ID, "examples").send_keys("just one line,positive")
     driver.find_element(By.ID, "find-button").click()
     error = wait_for("the refusal", lambda: driver.find_element(By.ID, "examples-error").text)
@@ -230,6 +260,7 @@ def test_user_finds_a_model_downloads_and_fine_tunes_it(
     assert first.get_attribute("data-rank") == "1"
     assert "your label set" in first.text and "Accuracy on your examples" in first.text
     assert driver.find_element(By.ID, "reuse").is_displayed()
+    assert_labelled(driver)
     screenshot(driver, "task")
 
     # Its page, in another tab (the task's page keeps the pasted examples for the fine-tune).
@@ -244,6 +275,7 @@ def test_user_finds_a_model_downloads_and_fine_tunes_it(
         assert "learnware.yaml" in zf.namelist()
     driver.refresh()
     assert driver.find_element(By.ID, "downloads").text == "1"
+    assert_labelled(driver)
     screenshot(driver, "learnware")
     driver.close()
     driver.switch_to.window(task_tab)
@@ -281,6 +313,7 @@ def test_user_finds_a_model_downloads_and_fine_tunes_it(
     cards = driver.find_elements(By.CSS_SELECTOR, "#results .card")
     assert int(cards[0].get_attribute("data-learnware")) == catalog["sst2-lora"]
     assert own_id in [int(c.get_attribute("data-learnware")) for c in cards]
+    assert_labelled(driver)
     screenshot(driver, "browse")
     screenshot(driver, "browse-phone", width=390)
     assert_console_clean(driver)

@@ -384,3 +384,66 @@ def test_transfer_from_a_learnwares_page(
     else:
         assert response.status_code == 422 and 'id="target_base-error"' in response.text
         assert "pavedock bases install all-mpnet-base-v2" in response.text and count(runtime, Job) == 0
+
+
+def test_merging_the_top_adapters_starts_both_jobs(
+    client: TestClient, keys: Keys, runtime: Runtime, space: tuple[str, int]
+) -> None:
+    task_id, first = _ranked_task(runtime, keys, space[0])
+    second = add(
+        runtime,
+        space[0],
+        "developer2",
+        "other adapter",
+        model_format="peft-lora",
+        base_model="all-MiniLM-L6-v2",
+    )
+    with runtime.db.session() as session:
+        task = session.get(UserTask, task_id)
+        assert task is not None and task.results is not None
+        task.results = [
+            *task.results,
+            {**task.results[0], "rank": 2, "learnware_id": second, "name": "other adapter"},
+        ]
+    csrf = sign_in(client, keys.user)
+    shots = "a,negative\nb,positive\nc,negative\nd,positive\ne,negative\nf,positive\n"
+    response = client.post(
+        f"/tasks/{task_id}/reuse",
+        data={
+            "csrf_token": csrf,
+            "examples": shots,
+            "label_names": "negative,positive",
+            "finetune": "1",
+            "merge_k": "2",
+            "steps": "5",
+        },
+    )
+    assert response.status_code == 202, response.text
+    with runtime.db.session() as session:
+        jobs = {j.kind: j for j in session.scalars(select(Job))}
+        assert set(jobs) == {"reuse.finetune", "reuse.merge"}
+        assert jobs["reuse.merge"].params is not None and jobs["reuse.merge"].params["learnware_ids"] == [
+            first,
+            second,
+        ]
+    assert "Fine-tune: job" in response.text and "Merge: job" in response.text
+
+
+def test_a_refused_learnware_shows_why_and_stops_polling(
+    client: TestClient, keys: Keys, runtime: Runtime, space: tuple[str, int]
+) -> None:
+    refused = add(
+        runtime,
+        space[0],
+        "developer",
+        "one-class model",
+        status=LearnwareStatus.failed,
+        status_reason="the model predicts a single class (ham: 64) on its 64 declared inputs",
+    )
+    sign_in(client, keys.developer)
+    page = client.get(f"/learnwares/{refused}")
+    assert 'id="status-reason">the model predicts a single class' in page.text
+    assert "/status" not in page.text.split('id="lw-status"')[1].split(">")[0]  # no polling
+    assert 'id="download"' not in page.text
+    mine = client.get("/mine").text
+    assert "the model predicts a single class" in mine and 'hx-trigger="every 2s"' not in mine

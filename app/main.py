@@ -26,6 +26,7 @@ from app.settings import Settings, get_settings
 from app.spec_spaces import endpoints as spec_spaces
 from app.spec_spaces.service import register_spaces
 from app.tasks import endpoints as tasks
+from app.web.router import router as web_pages
 
 log = logging.getLogger(__name__)
 
@@ -99,13 +100,15 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
         keys.router,
         health.router,
         admin.router,
+        web_pages,
     ):
         app.include_router(router)
     app.add_middleware(
         BodySizeLimit,
         default=max(16 * 1024 * 1024, settings.max_spec_upload_bytes * 2),
         routes={
-            ("POST", "/v1/learnwares"): settings.max_upload_bytes + settings.max_spec_upload_bytes + 65536
+            ("POST", "/v1/learnwares"): settings.max_upload_bytes + settings.max_spec_upload_bytes + 65536,
+            ("POST", "/submit"): settings.max_upload_bytes + settings.max_spec_upload_bytes + 65536,
         },
     )
     if settings.cors_origins:

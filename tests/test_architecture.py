@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("app", "workers")
 
 # Bottom to top. A module may import its own layer and the layers below it.
-LAYERS = ("ml core", "foundations", "infrastructure", "runtime", "http kit", "domains", "entry points")
+LAYERS = ("ml core", "foundations", "infrastructure", "runtime", "http kit", "domains", "pages", "entry points")
 
 INFRASTRUCTURE = {"app.jobs.stages", "app.jobs.dispatch", "app.jobs.service", "app.index.registry"}
 DOMAINS = (
@@ -29,9 +29,11 @@ DOMAINS = (
     "app.reuse",
     "app.jobs",
     "app.index",
-    "app.admin",
     "app.health",
 )
+# The pages people use: the market's web pages and the admin dashboard (which shares their
+# sign-in), on top of the domains' services.
+PAGES = ("app.web", "app.admin")
 ENTRY_POINTS = ("app.main", "app.client", "app.cli", "app.bench", "workers")
 
 # The only arrows that run back up: the runtime, a composition root below the domains that use
@@ -80,8 +82,10 @@ def layer_of(module: str) -> int:
         return 4
     if _within(module, DOMAINS):
         return 5
-    if _within(module, ENTRY_POINTS):
+    if _within(module, PAGES):
         return 6
+    if _within(module, ENTRY_POINTS):
+        return 7
     raise AssertionError(f"{module} is in no layer: add it to tests/test_architecture.py and the doc")
 
 

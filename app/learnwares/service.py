@@ -11,6 +11,7 @@ import hashlib
 import shutil
 import tempfile
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 from sqlalchemy import update
@@ -153,6 +154,21 @@ def get_visible(session: Session, key: ApiKey, learnware_id: int) -> Learnware:
     if hidden and key.role != Role.admin and learnware.owner_id != key.id:
         raise NotFound(f"no learnware {learnware_id}")
     return learnware
+
+
+def open_package(
+    session: Session, runtime: Runtime, key: ApiKey, learnware_id: int
+) -> tuple[Learnware, BinaryIO]:
+    """A learnware this key may see and its package stream; counts the download (the caller commits)."""
+    learnware = get_visible(session, key, learnware_id)
+    stream = runtime.store.open(learnware.package_sha256)
+    session.execute(
+        update(Learnware)
+        .where(Learnware.id == learnware.id)
+        .values(download_count=Learnware.download_count + 1)
+        .execution_options(synchronize_session=False)
+    )
+    return learnware, stream
 
 
 def _require_owner(key: ApiKey, learnware: Learnware, action: str) -> None:

@@ -85,6 +85,17 @@ def _interleave(lists: list[list[str]], limit: int) -> list[str]:
     return list(out)
 
 
+def lineage(kind: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Where a reuse job's learnware came from: the job's kind (``merge``, ``finetune``,
+    ``transfer``), the learnwares it started from, and for a transfer the base it moved to."""
+    sources = params.get("learnware_ids") or [params["learnware_id"]]
+    out: dict[str, Any] = {"kind": kind.removeprefix("reuse."), "from": [int(i) for i in sources]}
+    for key in ("method", "target_base"):
+        if params.get(key):
+            out[key] = params[key]
+    return out
+
+
 def _register(
     ctx: JobContext, zip_path: Path, params: dict[str, Any], result: dict[str, Any], message: str
 ) -> None:
@@ -95,6 +106,7 @@ def _register(
         learnware, ingest = submit(
             session, ctx.runtime, owner, zip_path, None, private=bool(params["private"])
         )
+        learnware.lineage = lineage(ctx.kind, params)
         jobs.succeed(
             session,
             ctx.claim,

@@ -40,6 +40,7 @@ def package_limits(settings: Settings) -> PackageLimits:
         max_total_bytes=settings.package_max_unpacked_bytes,
         max_members=settings.package_max_members,
         max_ratio=settings.package_max_ratio,
+        max_total_ratio=settings.package_max_total_ratio,
     )
 
 

@@ -17,6 +17,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from app.ml.errors import InvalidPackage
+from app.ml.safetensors_header import read_safetensors_header
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -63,6 +64,7 @@ def read_lora_factors(adapter_dir: Path) -> dict[str, LoraFactors]:
     rank_pattern: dict[str, int] = config.get("rank_pattern") or {}
     alpha_pattern: dict[str, float] = config.get("alpha_pattern") or {}
     rslora = bool(config.get("use_rslora", False))
+    read_safetensors_header(weights_path, f"{adapter_dir.name}/{ADAPTER_WEIGHTS}")
     try:
         tensors = load_file(str(weights_path))
     except (OSError, SafetensorError) as exc:

@@ -12,8 +12,9 @@ of the formats the dock runs without executing uploaded code:
 Optionally it declares ``inputs`` (a JSONL file of ``{"text": ...}``: the inputs the model is
 run on to fit its spec) and ``spec`` (the stem of a developer-computed PAVE spec, as written
 by ``PaveSpec.save``). :func:`extract_package` refuses zip bombs, path tricks, links,
-pickles, code and native binaries, then extracts into a temporary folder and renames it,
-so a refused package leaves nothing behind.
+pickles, code and native binaries, then extracts into a temporary folder, checks what the
+files name and declare (``package_content``: paths inside JSON, safetensors headers, ONNX
+domains) and renames it, so a refused package leaves nothing behind.
 
 This module imports no torch or transformers: the API can validate uploads cheaply.
 """
@@ -39,6 +40,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from app.ml.errors import InvalidPackage, UnsafePackage
+from app.ml.package_content import check_package_content
 
 ModelFormat = Literal["peft-lora", "hf-seqcls", "onnx"]
 MODEL_FORMATS: tuple[ModelFormat, ...] = ("peft-lora", "hf-seqcls", "onnx")
@@ -100,12 +102,17 @@ _FIXED_DATE = (1980, 1, 1, 0, 0, 0)
 class PackageLimits:
     """What an uploaded package may contain; anything beyond is refused as unsafe."""
 
-    max_total_bytes: int = 2 * 1024**3
+    max_total_bytes: int = 1024**3
     """Sum of uncompressed member sizes, declared and counted while extracting."""
     max_members: int = 2000
     max_ratio: float = 100.0
     """Largest uncompressed/compressed ratio of one member (checked above ``ratio_min_bytes``)."""
     ratio_min_bytes: int = 1 << 20
+    max_total_ratio: float = 20.0
+    """Largest ratio of the whole package's uncompressed to compressed bytes (checked above
+    ``total_ratio_min_bytes``): weights barely compress, so many members that each stay under
+    ``max_ratio`` but add up to far more than the upload are a bomb spread thin."""
+    total_ratio_min_bytes: int = 64 << 20
     max_manifest_bytes: int = 64 * 1024
     max_inputs: int = 10_000
     max_input_chars: int = 100_000
@@ -272,7 +279,7 @@ def _check_members(infos: list[zipfile.ZipInfo], limits: PackageLimits) -> None:
     if len(infos) > limits.max_members:
         raise UnsafePackage(f"package has {len(infos)} members, over the limit of {limits.max_members}")
     seen: set[str] = set()
-    total = 0
+    total = compressed = 0
     for info in infos:
         name = info.filename
         reason = unsafe_path_reason(name)
@@ -299,6 +306,7 @@ def _check_members(infos: list[zipfile.ZipInfo], limits: PackageLimits) -> None:
                 "use safetensors, a transformers directory or ONNX"
             )
         total += info.file_size
+        compressed += info.compress_size
         if total > limits.max_total_bytes:
             raise UnsafePackage(
                 f"package uncompresses to over {limits.max_total_bytes} bytes (zip bomb?) at {name!r}"
@@ -310,6 +318,11 @@ def _check_members(infos: list[zipfile.ZipInfo], limits: PackageLimits) -> None:
                     f"member {name!r} compresses {ratio:.0f}:1, over the limit of "
                     f"{limits.max_ratio:.0f}:1 (zip bomb?)"
                 )
+    if total > limits.total_ratio_min_bytes and total > limits.max_total_ratio * max(compressed, 1):
+        raise UnsafePackage(
+            f"package uncompresses {total / max(compressed, 1):.0f}:1 ({total} bytes from {compressed}), "
+            f"over the limit of {limits.max_total_ratio:.0f}:1 for the whole package (zip bomb?)"
+        )
 
 
 def _has(names: set[str], want: str | tuple[str, ...]) -> bool:
@@ -404,7 +417,7 @@ def _walk_keys(data: Any) -> Iterable[tuple[str, Any]]:
             yield from _walk_keys(item)
 
 
-def _is_peft_class_hint(key: str, value: Any) -> bool:
+def is_peft_class_hint(key: str, value: Any) -> bool:
     """peft's ``auto_mapping`` naming a transformers class: a hint the dock never follows.
 
     peft writes it for adapters of a bare ``AutoModel`` base; the dock loads the registered
@@ -431,7 +444,7 @@ def _check_file(path: Path, name: str) -> None:
             if (
                 key in REMOTE_CODE_KEYS
                 and value not in (None, False, {}, [])
-                and not _is_peft_class_hint(key, value)
+                and not is_peft_class_hint(key, value)
             ):
                 raise UnsafePackage(f"{name} sets {key!r}: the dock never runs code shipped with a model")
     with path.open("rb") as fh:
@@ -511,6 +524,7 @@ def extract_package(
                 written = _extract_member(zf, info, target, limits, written)
                 _check_file(target, info.filename)
             inputs = read_inputs(tmp / manifest.inputs, manifest.inputs, limits) if manifest.inputs else []
+            check_package_content(tmp, manifest)
             tmp.replace(dest)
         except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as exc:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -14,8 +14,10 @@ from safetensors.torch import load_file
 from app.ml.encoders import Encoder, embed_texts, load_encoder, registered_bases
 from app.ml.errors import InvalidPackage
 from app.ml.head import LabelNameHead
+from app.ml.package_content import check_tree, resolve_inside
 from app.ml.packages import LearnwarePackage
 from app.ml.runners.base import Runner
+from app.ml.safetensors_header import read_safetensors_header
 
 # adapter_config.json fields that change what the adapter computes; the rest (peft_version,
 # base_model_name_or_path, task_type, ...) is informational and ignored.
@@ -63,6 +65,7 @@ def read_lora_config(path: Path) -> LoraConfig:
 
 def load_adapter(model: PeftModel, weights: Path) -> None:
     """Load adapter weights after checking every key and shape against the injected adapter."""
+    read_safetensors_header(weights)  # declared shapes against their bytes, before any allocation
     try:
         state = load_file(str(weights))
     except (OSError, SafetensorError) as exc:
@@ -98,7 +101,16 @@ class PeftLoraRunner(Runner):
             raise InvalidPackage(
                 f"base_model {base!r} is not a registered base; known: {', '.join(registered_bases())}"
             )
-        config = read_lora_config(package.model_path / "adapter_config.json")
+        # The adapter's own base_model_name_or_path is never followed: the base is the manifest's
+        # registered alias, and the two files below must be files the package brought.
+        check_tree(package.root)
+        config_path = resolve_inside(
+            package.root, package.model_path, "adapter_config.json", "a peft-lora package"
+        )
+        weights_path = resolve_inside(
+            package.root, package.model_path, "adapter_model.safetensors", "a peft-lora package"
+        )
+        config = read_lora_config(config_path)
         self.max_tokens = max_tokens
         self.encoder: Encoder = load_encoder(base, fresh=True, device=device)
         # Class names are embedded by the frozen base, before the adapter is injected.
@@ -107,7 +119,7 @@ class PeftLoraRunner(Runner):
             model = get_peft_model(self.encoder.model, config)
         except ValueError as exc:
             raise InvalidPackage(f"adapter does not fit base {base!r}: {exc}") from exc
-        load_adapter(model, package.model_path / "adapter_model.safetensors")
+        load_adapter(model, weights_path)
         self.model: PeftModel = model.eval()
 
     def features(self, texts: list[str], batch_size: int = 32) -> torch.Tensor:

@@ -138,6 +138,25 @@ def _declared_classes(config: dict[str, Any]) -> int:
     return num_labels
 
 
+def config_errors() -> tuple[type[Exception], ...]:
+    """What transformers raises for a config it cannot use (a value of the wrong type, for one)."""
+    from huggingface_hub.errors import StrictDataclassError
+
+    return (OSError, ValueError, KeyError, TypeError, AttributeError, StrictDataclassError)
+
+
+def _parse_config(folder: Path, where: str) -> None:
+    """The config as transformers reads it (config.json alone, no weights, no code)."""
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.from_pretrained(folder, trust_remote_code=False, local_files_only=True)
+    except config_errors() as exc:
+        raise InvalidPackage(
+            f"transformers cannot read {where}/config.json: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
 def check_transformers_dir(root: Path, folder: Path, label_count: int | None = None) -> None:
     """A transformers folder: a built-in model type with ``label_count`` classes, no adapter, and
     every file its index and tokenizer config name inside the package."""
@@ -152,6 +171,7 @@ def check_transformers_dir(root: Path, folder: Path, label_count: int | None = N
     if not isinstance(config, dict):
         raise InvalidPackage(f"{where}/config.json must be a JSON object")
     check_model_type(config)
+    _parse_config(folder, where)
     classes = _declared_classes(config)
     if label_count is not None and classes != label_count:
         raise InvalidPackage(f"model has {classes} output classes, the manifest names {label_count}")

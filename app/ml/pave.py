@@ -27,11 +27,13 @@ from typing import Any, Literal
 import numpy as np
 import torch
 import torch.nn.functional as F
+from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
 from app.ml.encoders import check_texts, mean_pool, token_batches
 from app.ml.errors import IncompatibleSpec, InvalidInput
 from app.ml.head import check_label_names
+from app.ml.safetensors_header import read_safetensors_header
 from app.ml.spec_space import FitRecipe, SpecSpace, check_vector
 
 SpecKind = Literal["model", "task"]
@@ -63,9 +65,12 @@ class PaveSpec:
     def load(cls, path: Path) -> PaveSpec:
         path = Path(path)
         try:
+            # The header first: a declared shape its bytes do not hold is refused in words, not
+            # left to the loader's 64-bit arithmetic.
+            read_safetensors_header(path.with_suffix(".safetensors"), f"spec {path}", error=IncompatibleSpec)
             arrays = load_file(str(path.with_suffix(".safetensors")))
             info = json.loads(path.with_suffix(".json").read_text())
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, SafetensorError) as exc:
             raise IncompatibleSpec(f"cannot read spec at {path}: {exc}") from exc
         if "pave" not in arrays:
             raise IncompatibleSpec(f"{path} holds no 'pave' tensor")

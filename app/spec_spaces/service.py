@@ -6,8 +6,6 @@ A space's id is cheap to compute (its config and the sha256 of the base's weight
 
 from __future__ import annotations
 
-import json
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +18,7 @@ from app.api.errors import NotFound
 from app.db.models import SpecSpaceRecord
 from app.ml.encoders import resolve_base, weights_sha256
 from app.ml.errors import IncompatibleSpec
+from app.ml.safetensors_header import read_safetensors_header
 from app.ml.spec_space import SpecSpaceConfig, config_dict, load_space, space_id
 from app.settings import Settings
 
@@ -93,43 +92,24 @@ class UploadedSpec:
     meta: dict[str, str]
 
 
-_MAX_HEADER = 1 << 20
-
-
 def read_spec_file(path: Path) -> UploadedSpec:
     """Read a spec written by ``PaveSpec.save`` (``<stem>.safetensors``: tensor ``pave``, the space
-    id in its metadata). The header is parsed here with bounds checks, never by a pickle."""
-    raw = Path(path).read_bytes()
-    if len(raw) < 8:
-        raise IncompatibleSpec("spec file is not safetensors: shorter than its header length")
-    (header_len,) = struct.unpack("<Q", raw[:8])
-    if header_len > min(_MAX_HEADER, len(raw) - 8):
-        raise IncompatibleSpec("spec file is not safetensors: bad header length")
-    try:
-        header = json.loads(raw[8 : 8 + header_len])
-    except ValueError as exc:
-        raise IncompatibleSpec(f"spec file is not safetensors: {exc}") from exc
-    if not isinstance(header, dict):
-        raise IncompatibleSpec("spec file is not safetensors: header is not an object")
-    meta = header.get("__metadata__") or {}
-    tensor = header.get("pave")
-    if not isinstance(tensor, dict):
+    id in its metadata). The header is parsed and checked here (declared shape against its bytes,
+    in overflow-free arithmetic) before a byte of the tensor is read, never by a pickle."""
+    header = read_safetensors_header(path, "spec file", error=IncompatibleSpec)
+    tensor = header.tensors.get("pave")
+    if tensor is None:
         raise IncompatibleSpec("spec file holds no 'pave' tensor")
-    dtype, shape, offsets = tensor.get("dtype"), tensor.get("shape"), tensor.get("data_offsets")
-    if dtype != "F32":
-        raise IncompatibleSpec(f"spec tensor has dtype {dtype}, not F32")
-    if not (isinstance(shape, list) and all(isinstance(s, int) and s >= 0 for s in shape)):
-        raise IncompatibleSpec(f"spec tensor has a bad shape {shape!r}")
-    if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)):
-        raise IncompatibleSpec("spec tensor has bad data offsets")
-    start, end = 8 + header_len + offsets[0], 8 + header_len + offsets[1]
-    count = int(np.prod(shape)) if shape else 1
-    if not (8 + header_len <= start <= end <= len(raw)) or end - start != 4 * count:
-        raise IncompatibleSpec("spec tensor data does not match its shape")
-    vector = np.frombuffer(raw[start:end], dtype="<f4").reshape(shape).astype(np.float32)
-    claimed = meta.get("space_id") if isinstance(meta, dict) else None
+    if tensor.dtype != "F32":
+        raise IncompatibleSpec(f"spec tensor has dtype {tensor.dtype}, not F32")
+    with Path(path).open("rb") as fh:
+        fh.seek(header.data_start + tensor.begin)
+        raw = fh.read(tensor.end - tensor.begin)
+    vector = np.frombuffer(raw, dtype="<f4").reshape(tensor.shape).astype(np.float32)
+    meta = header.metadata
+    claimed = meta.get("space_id")
     return UploadedSpec(
         space_id=str(claimed) if claimed else None,
         vector=vector,
-        meta={str(k): str(v) for k, v in meta.items()} if isinstance(meta, dict) else {},
+        meta={str(k): str(v) for k, v in meta.items()},
     )

@@ -499,3 +499,14 @@ def test_real_minilm_learnwares_run_as_built(tmp_path: Path, datasets_dir: Path)
         runner = load_runner(extract_package(path, tmp_path / f"linear-{corrupt}"))
         scores[corrupt] = accuracy(runner.predict(test.texts).labels, test)
     assert scores[0.0] >= 0.55 and scores[0.8] < scores[0.0] - 0.15
+
+
+def test_seqcls_config_values_of_the_wrong_type_are_the_packages_fault(
+    tmp_path: Path, tiny_base_dir: Path
+) -> None:
+    """transformers raises TypeError (or its own validation error) for these: refused in words."""
+    write_seqcls(tiny_base_dir, tmp_path / "model")
+    path = tmp_path / "model" / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "hidden_size": "32"}))
+    files = dict(files_under(tmp_path / "model", "model"))
+    refused_twice(tmp_path, {"model_format": "hf-seqcls"}, files, InvalidPackage, "hidden_size")

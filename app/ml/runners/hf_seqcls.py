@@ -8,7 +8,7 @@ from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTok
 
 from app.ml.encoders import configure_threads, default_device, token_batches
 from app.ml.errors import InvalidPackage
-from app.ml.package_content import check_safetensors_files, check_transformers_dir, check_tree
+from app.ml.package_content import check_safetensors_files, check_transformers_dir, check_tree, config_errors
 from app.ml.packages import LearnwarePackage
 from app.ml.runners.base import Runner
 
@@ -45,7 +45,7 @@ class HfSeqClsRunner(Runner):
             self.tokenizer = AutoTokenizer.from_pretrained(
                 folder, trust_remote_code=False, local_files_only=True
             )
-        except (OSError, ValueError, KeyError, RuntimeError, TypeError, AttributeError, IndexError) as exc:
+        except (*config_errors(), RuntimeError, IndexError) as exc:
             # A config value of the wrong type surfaces as TypeError/AttributeError deep in
             # transformers: still the package's fault, reported as such.
             raise InvalidPackage(

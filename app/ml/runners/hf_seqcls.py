@@ -27,6 +27,7 @@ class HfSeqClsRunner(Runner):
         check_transformers_dir(package.root, folder)
         check_safetensors_files(folder)
         configure_threads()
+        load_errors: tuple[type[Exception], ...] = (*config_errors(), RuntimeError, IndexError)
         self.device = device or default_device()
         try:
             config = AutoConfig.from_pretrained(folder, trust_remote_code=False, local_files_only=True)
@@ -45,7 +46,7 @@ class HfSeqClsRunner(Runner):
             self.tokenizer = AutoTokenizer.from_pretrained(
                 folder, trust_remote_code=False, local_files_only=True
             )
-        except (*config_errors(), RuntimeError, IndexError) as exc:
+        except load_errors as exc:
             # A config value of the wrong type surfaces as TypeError/AttributeError deep in
             # transformers: still the package's fault, reported as such.
             raise InvalidPackage(

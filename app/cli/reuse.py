@@ -11,6 +11,7 @@ import typer
 if TYPE_CHECKING:
     from app.client import DockClient
 
+from app.cli.inputs import bad_input, read_jsonl_objects
 from app.cli.service import (
     DEFAULT_URL,
     Key,
@@ -133,7 +134,11 @@ def transfer(
     """Move a LoRA learnware onto another base, calibrated on a few inputs."""
     from app.reuse.schemas import TransferCreate
 
-    rows = [json.loads(line) for line in calibration.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = []
+    for number, row in read_jsonl_objects(calibration):
+        if "text" not in row:
+            bad_input(f'{calibration} line {number}: need "text"')
+        rows.append(row)
     labelled = all("label" in row for row in rows)
     body = TransferCreate(
         learnware_id=learnware_id,

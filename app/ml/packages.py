@@ -40,6 +40,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from app.ml.errors import InvalidPackage, UnsafePackage
+from app.ml.jsonl import JsonlError, parse_jsonl
 from app.ml.package_content import check_package_content
 
 ModelFormat = Literal["peft-lora", "hf-seqcls", "onnx"]
@@ -464,19 +465,13 @@ def _check_file(path: Path, name: str) -> None:
 
 
 def read_inputs(path: Path, name: str, limits: PackageLimits) -> list[str]:
-    """The declared inputs: one ``{"text": "..."}`` object per non-empty line."""
+    """The declared inputs: one ``{"text": "..."}`` object per non-empty line (``app.ml.jsonl``)."""
     texts: list[str] = []
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as exc:
-        raise InvalidPackage(f"inputs file {name!r} is not UTF-8: {exc}") from exc
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError as exc:
-            raise InvalidPackage(f"inputs file {name!r} line {number} is not JSON: {exc}") from exc
+        rows = list(parse_jsonl(path.read_bytes(), f"inputs file {name!r}"))
+    except JsonlError as exc:
+        raise InvalidPackage(str(exc)) from exc
+    for number, row in rows:
         text = row.get("text") if isinstance(row, dict) else None
         if not isinstance(text, str) or not text.strip():
             raise InvalidPackage(f'inputs file {name!r} line {number} has no non-empty "text" string')

@@ -3,7 +3,8 @@
 1. ``validate`` (cpu queue): extract the stored package again, load it with the runner of its
    format (no uploaded code runs) and predict on its declared inputs; the predictions are stored.
 2. ``fit_spec`` (gpu queue): keep the developer's spec after checking it, or fit the spec to the
-   model's own predictions (``fit_pave_spec(kind="model")``); then mark the learnware ready and
+   model's own predictions on the declared inputs (``fit_pave_spec(kind="model")``; only the
+   inputs member is read, the model is not unpacked again); then mark the learnware ready and
    stamp it into its space's index (or leave it awaiting review).
 """
 
@@ -32,7 +33,7 @@ from app.jobs.runner import JobContext
 from app.jobs.stages import FIT_LEARNWARE_SPEC
 from app.learnwares.service import package_limits, spec_row
 from app.ml.errors import IncompatibleSpec, InvalidPackage
-from app.ml.packages import LearnwarePackage, extract_package
+from app.ml.packages import LearnwarePackage, extract_package, read_package_inputs
 from app.spec_spaces.service import check_spec
 
 _PREDICT_BATCH = 64
@@ -47,17 +48,24 @@ def _learnware(session: Session, ctx: JobContext) -> Learnware:
 
 
 @contextmanager
-def extracted(ctx: JobContext, sha256: str) -> Iterator[LearnwarePackage]:
-    """A stored package fetched and extracted (checked again) into the job's scratch folder,
-    removed when the block ends."""
+def scratch_folder(ctx: JobContext) -> Iterator[Path]:
+    """A fresh folder for the job under the scratch dir, removed when the block ends."""
     settings = ctx.runtime.settings
     settings.scratch_dir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f"job-{ctx.claim.job_id}-", dir=settings.scratch_dir))
     try:
-        zip_path = ctx.runtime.store.fetch(sha256, scratch / "package.zip")
-        yield extract_package(zip_path, scratch / "package", package_limits(settings))
+        yield scratch
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+@contextmanager
+def extracted(ctx: JobContext, sha256: str) -> Iterator[LearnwarePackage]:
+    """A stored package fetched and extracted (checked again) into the job's scratch folder,
+    removed when the block ends."""
+    with scratch_folder(ctx) as scratch:
+        zip_path = ctx.runtime.store.fetch(sha256, scratch / "package.zip")
+        yield extract_package(zip_path, scratch / "package", package_limits(ctx.runtime.settings))
 
 
 @dataclass(frozen=True)
@@ -195,8 +203,11 @@ def _fit(ctx: JobContext, snap: _Snapshot) -> tuple[np.ndarray, dict[str, Any]]:
             f"this worker's space is {space.id}, the learnware's is {snap.space_id} (another base?)"
         )
     targets = _load_predictions(ctx, snap.predictions_sha256)
-    with extracted(ctx, snap.package_sha256) as package:
-        texts = package.inputs[: min(ctx.runtime.settings.spec_fit_inputs, len(targets))]
+    with scratch_folder(ctx) as scratch:
+        zip_path = ctx.runtime.store.fetch(snap.package_sha256, scratch / "package.zip")
+        # Only the inputs member is read: validation already unpacked and checked the model.
+        inputs = read_package_inputs(zip_path, package_limits(ctx.runtime.settings))
+    texts = inputs[: min(ctx.runtime.settings.spec_fit_inputs, len(targets))]
     spec = fit_pave_spec(
         space,
         texts,

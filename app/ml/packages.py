@@ -464,11 +464,11 @@ def _check_file(path: Path, name: str) -> None:
                 raise UnsafePackage(f"{name} is a numpy array of Python objects (loading it unpickles)")
 
 
-def read_inputs(path: Path, name: str, limits: PackageLimits) -> list[str]:
+def read_inputs(data: bytes, name: str, limits: PackageLimits) -> list[str]:
     """The declared inputs: one ``{"text": "..."}`` object per non-empty line (``app.ml.jsonl``)."""
     texts: list[str] = []
     try:
-        rows = list(parse_jsonl(path.read_bytes(), f"inputs file {name!r}"))
+        rows = list(parse_jsonl(data, f"inputs file {name!r}"))
     except JsonlError as exc:
         raise InvalidPackage(str(exc)) from exc
     for number, row in rows:
@@ -518,7 +518,11 @@ def extract_package(
                 target.parent.mkdir(parents=True, exist_ok=True)
                 written = _extract_member(zf, info, target, limits, written)
                 _check_file(target, info.filename)
-            inputs = read_inputs(tmp / manifest.inputs, manifest.inputs, limits) if manifest.inputs else []
+            inputs = (
+                read_inputs((tmp / manifest.inputs).read_bytes(), manifest.inputs, limits)
+                if manifest.inputs
+                else []
+            )
             check_package_content(tmp, manifest)
             tmp.replace(dest)
         except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as exc:
@@ -531,6 +535,25 @@ def extract_package(
             shutil.rmtree(tmp, ignore_errors=True)
             raise
     return LearnwarePackage(manifest=manifest, root=dest, inputs=inputs)
+
+
+def read_package_inputs(zip_path: Path | str, limits: PackageLimits | None = None) -> list[str]:
+    """The declared inputs of a package zip, read from their one member without unpacking the
+    model: for a stage that needs only the texts (the spec fit, after validation extracted and
+    checked the whole package)."""
+    limits = limits or PackageLimits()
+    with _open_zip(Path(zip_path)) as zf:
+        _check_members(zf.infolist(), limits)
+        manifest = _manifest_from_zip(zf, limits)
+        if manifest.inputs is None:
+            return []
+        try:
+            data = zf.read(manifest.inputs)
+        except KeyError:
+            raise InvalidPackage(f"declared inputs file {manifest.inputs!r} is not in the package") from None
+        except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as exc:
+            raise InvalidPackage(f"corrupt package: {exc}") from exc
+    return read_inputs(data, manifest.inputs, limits)
 
 
 def inputs_jsonl(texts: Iterable[str]) -> bytes:

@@ -26,6 +26,7 @@ from app.ml.packages import (
     files_under,
     inputs_jsonl,
     read_manifest,
+    read_package_inputs,
 )
 
 Member = tuple[str | zipfile.ZipInfo, bytes]
@@ -622,3 +623,25 @@ def test_refuses_an_onnx_file_that_is_not_onnx(tmp_path: Path) -> None:
         tmp_path / "p.zip", [(MANIFEST_NAME, yaml_of(ONNX_MANIFEST)), ("model.onnx", b"\x08\x07garbage")]
     )
     assert_refused(zip_path, tmp_path, InvalidPackage, "not an ONNX model")
+
+
+def test_read_package_inputs_reads_the_inputs_member_alone(tmp_path: Path) -> None:
+    """The spec stage needs only the texts: the model member is not unpacked (here it is corrupt)."""
+    manifest = {**ONNX_MANIFEST, "inputs": "inputs.jsonl"}
+    members: list[Member] = [
+        (MANIFEST_NAME, yaml_of(manifest)),
+        ("model.onnx", b"\x08\x07" * 50_000),
+        ("inputs.jsonl", inputs_jsonl(["one", "two"])),
+    ]
+    zip_path = write_zip(tmp_path / "p.zip", members)
+    data = bytearray(zip_path.read_bytes())
+    start = data.find(b"model.onnx") + len(b"model.onnx")
+    data[start + 10 : start + 20] = b"\xff" * 10  # the model's deflate stream no longer decodes
+    zip_path.write_bytes(bytes(data))
+    assert read_package_inputs(zip_path) == ["one", "two"]
+    with pytest.raises(InvalidPackage, match="corrupt package"):
+        extract_package(zip_path, tmp_path / "pkg")
+    assert read_package_inputs(write_zip(tmp_path / "none.zip", onnx_members())) == []
+    bomb = write_zip(tmp_path / "bomb.zip", [*members[:2], ("inputs.jsonl", bytes(3 << 20))])
+    with pytest.raises(UnsafePackage, match="zip bomb"):
+        read_package_inputs(bomb)

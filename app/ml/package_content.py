@@ -317,8 +317,10 @@ def check_package_content(root: Path, manifest: Manifest) -> None:
     if manifest.model_format == "hf-seqcls":
         check_transformers_dir(root, root / "model", len(manifest.label_names))
     elif manifest.model_format == "peft-lora":
-        config = _read_json(root / "adapter" / "adapter_config.json", root)
-        if not isinstance(config, dict):
-            raise InvalidPackage("adapter/adapter_config.json must be a JSON object")
+        # The LoRA settings as the runner reads them (PEFT type, extra modules, targets); its
+        # base_model_name_or_path is never followed: the base is the manifest's registered alias.
+        from app.ml.runners.peft_lora import read_lora_config
+
+        read_lora_config(root / "adapter" / "adapter_config.json")
     elif manifest.model_format == "onnx":
         check_onnx_model(load_onnx(root / "model.onnx"), root, root)

@@ -43,7 +43,11 @@ ONNX_MANIFEST = {
 LORA_MANIFEST = {**ONNX_MANIFEST, "model_format": "peft-lora", "base_model": "all-MiniLM-L6-v2"}
 SEQCLS_MANIFEST = {**ONNX_MANIFEST, "model_format": "hf-seqcls"}
 EMPTY_SAFETENSORS = struct.pack("<Q", 2) + b"{}"
-LORA_FILES = {"adapter/adapter_config.json": b"{}", "adapter/adapter_model.safetensors": EMPTY_SAFETENSORS}
+LORA_CONFIG = json.dumps({"peft_type": "LORA", "r": 4, "target_modules": ["query", "value"]}).encode()
+LORA_FILES = {
+    "adapter/adapter_config.json": LORA_CONFIG,
+    "adapter/adapter_model.safetensors": EMPTY_SAFETENSORS,
+}
 SEQCLS_FILES = {
     "model/config.json": json.dumps({"model_type": "bert"}).encode(),
     "model/model.safetensors": EMPTY_SAFETENSORS,
@@ -519,7 +523,7 @@ def safetensors_of(header: dict[str, object], data: bytes = b"") -> bytes:
 def lora_members(weights: bytes) -> list[Member]:
     return [
         (MANIFEST_NAME, yaml_of(LORA_MANIFEST)),
-        ("adapter/adapter_config.json", b"{}"),
+        ("adapter/adapter_config.json", LORA_CONFIG),
         ("adapter/adapter_model.safetensors", weights),
     ]
 
@@ -645,3 +649,20 @@ def test_read_package_inputs_reads_the_inputs_member_alone(tmp_path: Path) -> No
     bomb = write_zip(tmp_path / "bomb.zip", [*members[:2], ("inputs.jsonl", bytes(3 << 20))])
     with pytest.raises(UnsafePackage, match="zip bomb"):
         read_package_inputs(bomb)
+
+
+@pytest.mark.parametrize(
+    ("config", "match"),
+    [
+        ({"peft_type": "PREFIX_TUNING"}, "only LORA is supported"),
+        ({"modules_to_save": ["classifier"]}, "modules_to_save"),
+        ({"target_modules": []}, "names no target_modules"),
+    ],
+)
+def test_refuses_lora_settings_the_runner_would_refuse(
+    tmp_path: Path, config: dict[str, object], match: str
+) -> None:
+    full = {**json.loads(LORA_CONFIG), **config}
+    files = {**LORA_FILES, "adapter/adapter_config.json": json.dumps(full).encode()}
+    members: list[Member] = [(MANIFEST_NAME, yaml_of(LORA_MANIFEST)), *files.items()]
+    assert_refused(write_zip(tmp_path / "p.zip", members), tmp_path, InvalidPackage, match)

@@ -289,3 +289,20 @@ def test_onnx_custom_operator_set_is_refused_at_extraction(tmp_path: Path) -> No
     )
     files: dict[str, Path | bytes] = {"model.onnx": model.SerializeToString()}
     refused_twice(tmp_path, {"model_format": "onnx"}, files, InvalidPackage, "custom domain 'com.evil.ops'")
+
+
+def test_onnx_outputs_of_the_wrong_length_are_the_packages_fault(tmp_path: Path) -> None:
+    """A graph that ignores its input and returns three labels whatever it is given."""
+    constant = helper.make_tensor("labels", TensorProto.INT64, [3], [0, 1, 0])
+    graph = helper.make_graph(
+        [helper.make_node("Constant", [], ["label"], value=constant)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.STRING, [None, 1])],
+        [helper.make_tensor_value_info("label", TensorProto.INT64, [3])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    runner = load_runner(
+        package_of(tmp_path, {"model_format": "onnx"}, {"model.onnx": model.SerializeToString()})
+    )
+    with pytest.raises(InvalidPackage, match=r"returned labels of shape \(3,\) for 2 texts"):
+        runner.predict(["one", "two"])

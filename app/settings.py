@@ -75,8 +75,13 @@ class Settings(BaseSettings):
 
     max_upload_bytes: int = 256 * 1024 * 1024
     """Largest request body on upload routes (a package zip); refused with 413 while streaming."""
-    package_max_unpacked_bytes: int = 2 * 1024**3
+    package_max_unpacked_bytes: int = Field(default=1024**3, ge=1)
+    """Most bytes one package may unpack to, in the API and in each worker stage (the sum of its
+    members, declared and counted while extracting); a deployment serving larger models raises it."""
     package_max_ratio: float = 100.0
+    """Largest uncompressed/compressed ratio of one member of a package."""
+    package_max_total_ratio: float = 20.0
+    """Largest ratio for the whole package, once it unpacks to over 64 MiB (a bomb spread thin)."""
     package_max_members: int = 2000
     max_spec_upload_bytes: int = 4 * 1024 * 1024
     max_task_examples: int = 1024
@@ -168,6 +173,7 @@ class Settings(BaseSettings):
             max_total_bytes=self.package_max_unpacked_bytes,
             max_members=self.package_max_members,
             max_ratio=self.package_max_ratio,
+            max_total_ratio=self.package_max_total_ratio,
         )
 
     def ensure_dirs(self) -> None:

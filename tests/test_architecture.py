@@ -18,7 +18,16 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("app", "workers")
 
 # Bottom to top. A module may import its own layer and the layers below it.
-LAYERS = ("ml core", "foundations", "infrastructure", "runtime", "http kit", "domains", "pages", "entry points")
+LAYERS = (
+    "ml core",
+    "foundations",
+    "infrastructure",
+    "runtime",
+    "http kit",
+    "domains",
+    "pages",
+    "entry points",
+)
 
 INFRASTRUCTURE = {"app.jobs.stages", "app.jobs.dispatch", "app.jobs.service", "app.index.registry"}
 DOMAINS = (

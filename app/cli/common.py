@@ -12,6 +12,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from app.cli.inputs import bad_input, read_jsonl_objects
+
 if TYPE_CHECKING:
     from app.client import DockClient
     from app.jobs.schemas import JobRead
@@ -56,12 +58,9 @@ def wait_and_report(client: DockClient, job_id: int, timeout: float) -> JobRead:
 
 def read_few_shot(path: Path) -> tuple[list[str], list[Any]]:
     texts, labels = [], []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        row = json.loads(line)
+    for number, row in read_jsonl_objects(path):
         if "text" not in row or "label" not in row:
-            raise typer.BadParameter(f'{path} line {number}: need "text" and "label"')
+            bad_input(f'{path} line {number}: need "text" and "label"')
         texts.append(str(row["text"]))
         labels.append(row["label"])
     return texts, labels

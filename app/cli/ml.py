@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from app.cli.inputs import bad_input, read_jsonl_objects
 from app.cli.progress import progress_bar
 
 bases_app = typer.Typer(no_args_is_help=True, help="Base encoders: list them, install the optional ones.")
@@ -68,6 +69,8 @@ def spec(
 
     if (package is None) == (few_shot is None):
         raise typer.BadParameter("give exactly one of --package or --few-shot")
+    # The user's file is read before the base model is loaded: a bad line fails at once.
+    shots = read_few_shot(few_shot, label_names) if few_shot is not None else None
     space = load_space()
     with progress_bar("fitting spec") as report:
         if package is not None:
@@ -77,8 +80,8 @@ def spec(
         else:
             from app.ml.pave import fit_pave_spec
 
-            assert few_shot is not None
-            texts, labels, names = read_few_shot(few_shot, label_names)
+            assert shots is not None
+            texts, labels, names = shots
             result = fit_pave_spec(space, texts, labels, names, kind="task", progress=report)
     tensors, meta = result.save(out)
     typer.echo(f"wrote {tensors} and {meta} (space {result.space_id}, {result.vector.size} floats)")
@@ -86,8 +89,6 @@ def spec(
 
 def read_few_shot(path: Path, label_names: str | None) -> tuple[list[str], list[int], list[str]]:
     """Read a few-shot JSONL; labels may be ids into the label names or the names themselves."""
-    from app.ml.errors import InvalidInput
-
     if label_names is None:
         raise typer.BadParameter("--label-names is required with --few-shot")
     names_path = Path(label_names)
@@ -98,17 +99,14 @@ def read_few_shot(path: Path, label_names: str | None) -> tuple[list[str], list[
     )
     texts: list[str] = []
     labels: list[int] = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        row = json.loads(line)
+    for lineno, row in read_jsonl_objects(path):
         label = row.get("label")
         if isinstance(label, str):
             if label not in names:
-                raise InvalidInput(f"line {lineno}: label {label!r} is not among the label names {names}")
+                bad_input(f"{path} line {lineno}: label {label!r} is not among the label names {names}")
             label = names.index(label)
         if not isinstance(label, int):
-            raise InvalidInput(f"line {lineno}: label must be an id or a name, got {label!r}")
+            bad_input(f"{path} line {lineno}: label must be an id or a name, got {label!r}")
         texts.append(str(row.get("text", "")))
         labels.append(label)
     return texts, labels, names

@@ -21,6 +21,7 @@ from app.cli.common import (
     read_few_shot,
     wait_and_report,
 )
+from app.cli.inputs import bad_input, read_jsonl_objects
 
 Params = Annotated[
     str, typer.Option("--params", help='method parameters as JSON, e.g. \'{"alpha": 1.2, "pact": true}\'')
@@ -133,7 +134,11 @@ def transfer(
     """Move a LoRA learnware onto another base, calibrated on a few inputs."""
     from app.reuse.schemas import TransferCreate
 
-    rows = [json.loads(line) for line in calibration.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = []
+    for number, row in read_jsonl_objects(calibration):
+        if "text" not in row:
+            bad_input(f'{calibration} line {number}: need "text"')
+        rows.append(row)
     labelled = all("label" in row for row in rows)
     body = TransferCreate(
         learnware_id=learnware_id,

@@ -3,7 +3,8 @@
 1. ``validate`` (cpu queue): extract the stored package again, load it with the runner of its
    format (no uploaded code runs) and predict on its declared inputs; the predictions are stored.
 2. ``fit_spec`` (gpu queue): keep the developer's spec after checking it, or fit the spec to the
-   model's own predictions (``fit_pave_spec(kind="model")``); then mark the learnware ready and
+   model's own predictions on the declared inputs (``fit_pave_spec(kind="model")``; only the
+   inputs member is read, the model is not unpacked again); then mark the learnware ready and
    stamp it into its space's index (or leave it awaiting review).
 """
 
@@ -26,8 +27,9 @@ from app.index.registry import bump_index_version, vector_from_bytes
 from app.jobs import service as jobs
 from app.jobs.runner import JobContext
 from app.jobs.stages import FIT_LEARNWARE_SPEC
-from app.learnwares.packages import extracted
+from app.learnwares.packages import extracted, scratch_folder
 from app.learnwares.service import spec_row
+from app.ml.packages import read_package_inputs
 from app.spec_spaces.service import check_spec
 
 _PREDICT_BATCH = 64
@@ -176,8 +178,11 @@ def _fit(ctx: JobContext, snap: _Snapshot) -> tuple[np.ndarray, dict[str, Any]]:
             f"this worker's space is {space.id}, the learnware's is {snap.space_id} (another base?)"
         )
     targets = _load_predictions(ctx, snap.predictions_sha256)
-    with extracted(ctx.runtime, snap.package_sha256, label=f"job-{ctx.claim.job_id}") as package:
-        texts = package.inputs[: min(ctx.runtime.settings.spec_fit_inputs, len(targets))]
+    with scratch_folder(ctx.runtime, label=f"job-{ctx.claim.job_id}") as scratch:
+        zip_path = ctx.runtime.store.fetch(snap.package_sha256, scratch / "package.zip")
+        # Only the inputs member is read: validation already unpacked and checked the model.
+        inputs = read_package_inputs(zip_path, ctx.runtime.settings.package_limits())
+    texts = inputs[: min(ctx.runtime.settings.spec_fit_inputs, len(targets))]
     spec = fit_pave_spec(
         space,
         texts,

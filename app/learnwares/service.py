@@ -1,7 +1,8 @@
 """Learnware operations behind the endpoints: submit, read, download, delete, review.
 
-A submission is checked in the request (zip safety, manifest, layout, an uploaded spec's space,
-shape and values), so every bad package is refused with its reason before anything is stored.
+A submission is checked in the request (zip safety, manifest, layout, the content checks of
+``app.ml.package_content``, an uploaded spec's space, shape and values), so every bad package is
+refused with its reason before anything is stored.
 Running the model and fitting the spec happen in the worker (``pipeline``).
 """
 

@@ -22,6 +22,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from app.ml.errors import InvalidInput, InvalidPackage
+from app.ml.safetensors_header import read_safetensors_header
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -80,6 +81,7 @@ def read_lora_factors(adapter_dir: Path) -> dict[str, LoraDelta]:
     rank_pattern: dict[str, int] = config.get("rank_pattern") or {}
     alpha_pattern: dict[str, float] = config.get("alpha_pattern") or {}
     rslora = bool(config.get("use_rslora", False))
+    read_safetensors_header(weights_path, f"{adapter_dir.name}/{ADAPTER_WEIGHTS}")
     try:
         tensors = load_file(str(weights_path))
     except (OSError, SafetensorError) as exc:
@@ -158,3 +160,46 @@ def save_lora_adapter(
     config.save_pretrained(str(out_dir))
     save_file(tensors, str(out_dir / ADAPTER_WEIGHTS))
     return errors
+
+
+# adapter_config.json fields that change what the adapter computes; the rest (peft_version,
+# base_model_name_or_path, task_type, ...) is informational and ignored.
+LORA_FIELDS = (
+    "r",
+    "lora_alpha",
+    "target_modules",
+    "exclude_modules",
+    "lora_dropout",
+    "bias",
+    "fan_in_fan_out",
+    "use_rslora",
+    "use_dora",
+    "lora_bias",
+    "layers_to_transform",
+    "layers_pattern",
+    "rank_pattern",
+    "alpha_pattern",
+)
+# Fields that would train or load something beyond LoRA matrices (whole modules, tokens).
+REFUSED_FIELDS = ("modules_to_save", "trainable_token_indices", "layer_replication", "target_parameters")
+
+
+def read_lora_config(path: Path) -> LoraConfig:
+    """The LoraConfig of ``adapter_config.json``, refusing other PEFT types and extra modules."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise InvalidPackage(f"cannot read {path.name}: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise InvalidPackage(f"{path.name} must be a JSON object")
+    if raw.get("peft_type", "LORA") != "LORA":
+        raise InvalidPackage(f"adapter is of PEFT type {raw.get('peft_type')!r}; only LORA is supported")
+    for key in REFUSED_FIELDS:
+        if raw.get(key):
+            raise InvalidPackage(f"adapter sets {key}={raw[key]!r}: only LoRA matrices are accepted")
+    if not raw.get("target_modules"):
+        raise InvalidPackage(f"{path.name} names no target_modules")
+    try:
+        return LoraConfig(**{k: raw[k] for k in LORA_FIELDS if k in raw and raw[k] is not None})
+    except (TypeError, ValueError) as exc:
+        raise InvalidPackage(f"invalid LoRA settings in {path.name}: {exc}") from exc

@@ -18,7 +18,6 @@ Two recipes (``FitRecipe.steps``):
 from __future__ import annotations
 
 import json
-import struct
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,12 +27,14 @@ from typing import Any, Literal
 import numpy as np
 import torch
 import torch.nn.functional as F
+from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
 from app.ml.encoders import check_texts, mean_pool, token_batches
 from app.ml.errors import IncompatibleSpec, InvalidInput
 from app.ml.head import check_label_names
 from app.ml.progress import Progress
+from app.ml.safetensors_header import read_safetensors_header
 from app.ml.spec_space import FitRecipe, SpecSpace, check_vector
 
 SpecKind = Literal["model", "task"]
@@ -64,9 +65,12 @@ class PaveSpec:
     def load(cls, path: Path) -> PaveSpec:
         path = Path(path)
         try:
+            # The header first: a declared shape its bytes do not hold is refused in words, not
+            # left to the loader's 64-bit arithmetic.
+            read_safetensors_header(path.with_suffix(".safetensors"), f"spec {path}", error=IncompatibleSpec)
             arrays = load_file(str(path.with_suffix(".safetensors")))
             info = json.loads(path.with_suffix(".json").read_text())
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, SafetensorError) as exc:
             raise IncompatibleSpec(f"cannot read spec at {path}: {exc}") from exc
         if "pave" not in arrays:
             raise IncompatibleSpec(f"{path} holds no 'pave' tensor")
@@ -252,44 +256,24 @@ class UploadedSpec:
     meta: dict[str, str]
 
 
-_MAX_HEADER = 1 << 20
-
-
 def read_spec_file(path: Path) -> UploadedSpec:
     """Read an uploaded spec written by ``PaveSpec.save`` (``<stem>.safetensors``: tensor ``pave``,
-    the space id in its metadata). The header is parsed here with bounds checks, never by a pickle
+    the space id in its metadata). The header is parsed and checked here (declared shape against
+    its bytes, in overflow-free arithmetic) before a byte of the tensor is read, never by a pickle
     or a library trusting it; the vector's shape is checked against its space by ``check_vector``."""
-    raw = Path(path).read_bytes()
-    if len(raw) < 8:
-        raise IncompatibleSpec("spec file is not safetensors: shorter than its header length")
-    (header_len,) = struct.unpack("<Q", raw[:8])
-    if header_len > min(_MAX_HEADER, len(raw) - 8):
-        raise IncompatibleSpec("spec file is not safetensors: bad header length")
-    try:
-        header = json.loads(raw[8 : 8 + header_len])
-    except ValueError as exc:
-        raise IncompatibleSpec(f"spec file is not safetensors: {exc}") from exc
-    if not isinstance(header, dict):
-        raise IncompatibleSpec("spec file is not safetensors: header is not an object")
-    meta = header.get("__metadata__") or {}
-    tensor = header.get("pave")
-    if not isinstance(tensor, dict):
+    header = read_safetensors_header(path, "spec file", error=IncompatibleSpec)
+    tensor = header.tensors.get("pave")
+    if tensor is None:
         raise IncompatibleSpec("spec file holds no 'pave' tensor")
-    dtype, shape, offsets = tensor.get("dtype"), tensor.get("shape"), tensor.get("data_offsets")
-    if dtype != "F32":
-        raise IncompatibleSpec(f"spec tensor has dtype {dtype}, not F32")
-    if not (isinstance(shape, list) and all(isinstance(s, int) and s >= 0 for s in shape)):
-        raise IncompatibleSpec(f"spec tensor has a bad shape {shape!r}")
-    if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)):
-        raise IncompatibleSpec("spec tensor has bad data offsets")
-    start, end = 8 + header_len + offsets[0], 8 + header_len + offsets[1]
-    count = int(np.prod(shape)) if shape else 1
-    if not (8 + header_len <= start <= end <= len(raw)) or end - start != 4 * count:
-        raise IncompatibleSpec("spec tensor data does not match its shape")
-    vector = np.frombuffer(raw[start:end], dtype="<f4").reshape(shape).astype(np.float32)
-    claimed = meta.get("space_id") if isinstance(meta, dict) else None
+    if tensor.dtype != "F32":
+        raise IncompatibleSpec(f"spec tensor has dtype {tensor.dtype}, not F32")
+    with Path(path).open("rb") as fh:
+        fh.seek(header.data_start + tensor.begin)
+        raw = fh.read(tensor.end - tensor.begin)
+    vector = np.frombuffer(raw, dtype="<f4").reshape(tensor.shape).astype(np.float32)
+    claimed = header.metadata.get("space_id")
     return UploadedSpec(
         space_id=str(claimed) if claimed else None,
         vector=vector,
-        meta={str(k): str(v) for k, v in meta.items()} if isinstance(meta, dict) else {},
+        meta={str(k): str(v) for k, v in header.metadata.items()},
     )

@@ -7,7 +7,6 @@ import logging
 import math
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -34,12 +33,6 @@ from app.runtime import Runtime
 log = logging.getLogger(__name__)
 
 
-def broker_depths(celery_app: Any) -> dict[str, int]:
-    """Messages waiting per queue (see ``app.jobs.dispatch.queue_depths``); raises when the
-    broker cannot be reached."""
-    return queue_depths(celery_app, QUEUES)
-
-
 def queues(session: Session, runtime: Runtime) -> tuple[list[QueueRead], str | None]:
     """Each queue: broker messages, and the jobs the database says wait or run on it."""
     counts: dict[tuple[str, JobState], int] = {}
@@ -61,7 +54,7 @@ def queues(session: Session, runtime: Runtime) -> tuple[list[QueueRead], str | N
     error = None
     depths: dict[str, int] = {}
     try:
-        depths = broker_depths(runtime.celery)
+        depths = queue_depths(runtime.celery)
     except Exception as exc:
         log.warning("queue depths unavailable: %s", exc)
         error = f"{type(exc).__name__}: {exc}"

@@ -95,3 +95,7 @@ PageQuery = Annotated[int, Query(ge=1, le=MAX_PAGE, description="1-based page nu
 OffsetQuery = Annotated[int, Query(ge=0, le=MAX_OFFSET)]
 TextQuery = Annotated[str | None, Query(max_length=200), AfterValidator(_storable_optional)]
 """An optional text filter."""
+TextItem = Annotated[str, Field(max_length=200), AfterValidator(_storable_text)]
+"""One text of a repeated query parameter (``?label=a&label=b``)."""
+IdQuery = Annotated[int | None, Query(ge=1, le=MAX_ID, description="an id (1 to 2³¹−1)")]
+"""An optional id filter."""

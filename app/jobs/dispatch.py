@@ -13,6 +13,7 @@ the guarded claim makes a message sent twice run once.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -23,13 +24,13 @@ from sqlalchemy.orm import Session
 
 from app.db.base import utcnow
 from app.db.models import Job
-from app.jobs.stages import Stage
+from app.jobs.stages import QUEUES, Stage
 
 log = logging.getLogger(__name__)
 
 _PENDING = "pavedock_pending_jobs"
 DISPATCHER = "pavedock_dispatcher"
-_BROKER_TIMEOUT_S = 2.0
+BROKER_TIMEOUT_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -64,14 +65,14 @@ class CeleryDispatcher:
         )
 
 
-def queue_depths(celery_app: Any, queues: tuple[str, ...]) -> dict[str, int]:
+def queue_depths(celery_app: Any, queues: Sequence[str] = QUEUES) -> dict[str, int]:
     """Messages waiting per queue, asked of the broker without creating anything: a passive
     declare, which is an LLEN on Redis and a count of the queue's files on the embedded broker.
-    A queue the broker does not know holds nothing (Redis removes a list when it is emptied, and
-    a passive declare of it answers NOT_FOUND). Raises when the broker cannot be reached."""
+    A queue the broker does not know (a Redis list is removed when emptied) holds nothing; a
+    broker that cannot be reached raises (it is not a zero)."""
     depths: dict[str, int] = {}
     with celery_app.connection_for_read() as conn:
-        conn.ensure_connection(max_retries=1, timeout=_BROKER_TIMEOUT_S)
+        conn.ensure_connection(max_retries=1, timeout=BROKER_TIMEOUT_S)
         for queue in queues:
             channel = conn.channel()
             try:

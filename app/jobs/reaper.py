@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping
 from datetime import timedelta
 
 from app.jobs import service
 from app.jobs.dispatch import queue_depths
-from app.jobs.stages import QUEUES
 from app.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -17,9 +17,9 @@ log = logging.getLogger(__name__)
 
 def reap_once(runtime: Runtime) -> service.ReapReport:
     settings = runtime.settings
-    waiting: dict[str, int] | None = None
+    waiting: Mapping[str, int] | None = None
     try:
-        waiting = queue_depths(runtime.celery, QUEUES)
+        waiting = queue_depths(runtime.celery)
     except Exception as exc:  # broker unreachable: nothing can be sent now
         log.info("reaper: broker unreachable (%s: %s); sends wait for it", type(exc).__name__, exc)
     with runtime.db.session() as session:

@@ -98,7 +98,7 @@ def test_two_api_processes_start_on_a_fresh_database(
             "PAVEDOCK_BROKER_URL": "",
             "PAVEDOCK_DATA_DIR": str(tmp_path / f"data-{n}"),
         }
-        args = [PYTHON, "-m", "uvicorn", "app.api.main:create_app", "--factory"]
+        args = [PYTHON, "-m", "uvicorn", "app.main:create_app", "--factory"]
         args += ["--host", "127.0.0.1", "--port", str(port), "--workers", "2"]
         api = processes.start(Proc(f"api-{n}", args, env, tmp_path / f"api-{n}.log"))
         wait_ready(f"http://127.0.0.1:{port}", api)

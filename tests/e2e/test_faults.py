@@ -22,7 +22,7 @@ from app.ml.data import few_shot, load_task
 from tests.e2e.conftest import TEST_ENV, Proc, Processes, free_port, uvicorn_proc, wait_ready, worker_proc
 from tests.e2e.test_production_stack import make_key
 from tests.e2e.test_redis_outage import ATTEMPT, database_url, jobs, wait_until
-from tests.redis_server import RedisServer
+from tests.fixtures.redis_server import RedisServer
 
 __all__ = ["database_url"]  # the fixture, shared with the outage test
 pytestmark = pytest.mark.e2e

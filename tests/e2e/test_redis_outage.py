@@ -24,7 +24,7 @@ from app.db.session import Database
 from app.ml.data import few_shot, load_task
 from tests.e2e.conftest import TEST_ENV, Processes, free_port, uvicorn_proc, wait_ready, worker_proc
 from tests.e2e.test_production_stack import make_key
-from tests.redis_server import RedisServer
+from tests.fixtures.redis_server import RedisServer
 
 pytestmark = pytest.mark.e2e
 

@@ -411,6 +411,12 @@ def _label_names(value: str) -> list[str]:
     return [n.strip() for n in value.split(",") if n.strip()]
 
 
+RANKING_ORDER = (
+    "Order: matches checked on your examples that beat chance (by accuracy); then the rest by what "
+    "they can answer of your labels, each group by spec score. Why each one is where it is:"
+)
+
+
 def print_matches(matches: list[Any]) -> None:
     table = Table("rank", "learnware", "score", "on your examples", "name", "format", "labels")
     for m in matches:
@@ -430,6 +436,11 @@ def print_matches(matches: list[Any]) -> None:
             labels[:48],
         )
     console.print(table)
+    reasons = [(m.rank, getattr(m, "reason", "")) for m in matches]
+    if any(reason for _, reason in reasons):
+        console.print(RANKING_ORDER)
+        for rank, reason in reasons:
+            console.print(f"  {rank}. {reason}", highlight=False)
 
 
 def task(

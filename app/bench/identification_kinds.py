@@ -39,6 +39,7 @@ from app.ml.ranking import (
     choose_checked,
     choose_label_map,
     map_by_name,
+    originals_first,
     rank_for_task,
     shot_score,
     tier_of,
@@ -199,8 +200,10 @@ def service_ranking(
     names = list(user.shots.label_names)
     pool = {i: v for i, v in specs.items() if i not in user.exclude}
     found = rank_specs(user_spec, pool)
-    candidates = by_tier(
-        [Candidate(m.id, m.score, tuple(market.learnwares[m.id].label_names)) for m in found], names
+    candidates = originals_first(
+        by_tier([Candidate(m.id, m.score, tuple(market.learnwares[m.id].label_names)) for m in found], names),
+        names,
+        pool,
     )
     maps: dict[int, LabelMap | None] = {}
     shots: dict[int, ShotScore | None] = {}

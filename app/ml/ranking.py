@@ -259,6 +259,42 @@ def by_tier(candidates: Sequence[Candidate], user_names: Sequence[str]) -> list[
     return sorted(candidates, key=lambda c: (tier_of(user_names, c.label_names), -round(c.score, 6), c.id))
 
 
+def _unit(vector: np.ndarray) -> np.ndarray:
+    v = np.asarray(vector, dtype=np.float32)
+    return v / max(float(np.linalg.norm(v)), 1e-12)
+
+
+def originals_first(
+    ordered: Sequence[Candidate],
+    user_names: Sequence[str],
+    vectors: Mapping[int, np.ndarray],
+    duplicate_cosine: float = DUPLICATE_COSINE,
+) -> list[Candidate]:
+    """Near-identical specs of one tier (copies of one spec) rank as one group at the place of its
+    best member, oldest (lowest id) first: a copy of a good learnware's spec never jumps the
+    original, whose cosine may be a hair lower. Candidates without a vector stay where they are."""
+    groups: list[tuple[Tier, np.ndarray | None, list[Candidate]]] = []
+    for cand in ordered:
+        tier = tier_of(user_names, cand.label_names)
+        vector = vectors.get(cand.id)
+        unit = None if vector is None else _unit(vector)
+        home = None
+        if unit is not None:
+            home = next(
+                (
+                    members
+                    for t, u, members in groups
+                    if t == tier and u is not None and float(u @ unit) >= duplicate_cosine
+                ),
+                None,
+            )
+        if home is None:
+            groups.append((tier, unit, [cand]))
+        else:
+            home.append(cand)
+    return [cand for _, _, members in groups for cand in sorted(members, key=lambda c: c.id)]
+
+
 def choose_checked(
     ordered: Sequence[Candidate],
     user_names: Sequence[str],
@@ -283,7 +319,7 @@ def choose_checked(
         if vector is None:
             chosen.append(cand.id)
             continue
-        unit = np.asarray(vector, dtype=np.float32) / max(float(np.linalg.norm(vector)), 1e-12)
+        unit = _unit(vector)
         home = next(
             (c for c in clusters if float(units[c[0]] @ unit) >= duplicate_cosine),
             None,

@@ -18,7 +18,15 @@ from app.learnwares.service import spec_row
 from app.ml.encoders import check_texts
 from app.ml.errors import InvalidInput
 from app.ml.head import check_label_names
-from app.ml.ranking import Candidate, Ranked, as_ranked, by_tier, normalise_label, rank_for_task
+from app.ml.ranking import (
+    Candidate,
+    Ranked,
+    as_ranked,
+    by_tier,
+    normalise_label,
+    originals_first,
+    rank_for_task,
+)
 from app.runtime import Runtime
 from app.spec_spaces import service as spaces
 from app.tasks import repository
@@ -137,13 +145,16 @@ def find_candidates(
     label_names: Sequence[str] = (),
 ) -> tuple[list[Candidate], int]:
     """Ready learnwares near a spec and the index version searched: with the task's
-    ``label_names`` searched among the top 4k and ordered by what they can answer (`by_tier`),
-    without them in cosine order."""
+    ``label_names`` searched among the top 4k, ordered by what they can answer (`by_tier`) with
+    copies of one spec behind their original (`originals_first`); without them in cosine order."""
     found, version = runtime.indexes.search(space_id, vector, 4 * k if label_names else k)
     rows = learnwares.ready_by_ids(session, [m.id for m in found])
     # A learnware deleted after the index was last synced is dropped here.
     candidates = [Candidate(m.id, m.score, tuple(rows[m.id].label_names)) for m in found if m.id in rows]
-    return (by_tier(candidates, label_names) if label_names else candidates), version
+    if not label_names:
+        return candidates, version
+    vectors = learnwares.spec_vectors(session, [c.id for c in candidates])
+    return originals_first(by_tier(candidates, label_names), label_names, vectors), version
 
 
 def present(

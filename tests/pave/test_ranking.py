@@ -18,6 +18,7 @@ from app.ml.ranking import (
     map_by_examples,
     map_by_meaning,
     map_by_name,
+    originals_first,
     rank_for_task,
     shot_score,
     tier_of,
@@ -164,3 +165,17 @@ def test_rank_for_task_order_and_reasons() -> None:
     assert "matched by name" in by_id[3].reason()
     # Without a shot check: tiers then cosine.
     assert [r.id for r in rank_for_task(ordered, user)] == [1, 2, 3, 5, 4, 6]
+
+
+def test_copies_of_a_spec_rank_behind_their_original() -> None:
+    rng = np.random.default_rng(1)
+    good, other = np.sign(rng.standard_normal(256)), np.sign(rng.standard_normal(256))
+    near = good.copy()
+    near[:3] *= -1  # a copy a hair away (cosine 0.98): still a copy
+    names = ("ham", "spam")
+    ordered = [Candidate(12, 0.51, names), Candidate(11, 0.51, names), Candidate(5, 0.3, names)]
+    ordered += [Candidate(1, 0.5, names), Candidate(20, 0.49, ("x", "y"))]
+    vectors = {12: near, 11: good, 5: other, 1: good, 20: good}
+    order = [c.id for c in originals_first(ordered, list(names), vectors)]
+    # 1 is the oldest of the group {12, 11, 1}; 20 has the same spec but another tier (label map).
+    assert order == [1, 11, 12, 5, 20]

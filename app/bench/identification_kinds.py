@@ -38,10 +38,10 @@ from app.ml.ranking import (
     by_tier,
     choose_checked,
     choose_label_map,
+    held_out_score,
     map_by_name,
     originals_first,
     rank_for_task,
-    shot_score,
     tier_of,
 )
 
@@ -226,7 +226,7 @@ def service_ranking(
             )
             if label_map is not None:
                 maps[lw_id] = label_map
-                shots[lw_id] = shot_score(predicted.labels, predicted.probs, user.shots.labels, label_map)
+                shots[lw_id] = held_out_score(predicted.labels, predicted.probs, user.shots.labels, label_map)
     return rank_for_task(candidates, names, maps=maps, shots=shots)
 
 

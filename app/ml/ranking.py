@@ -107,7 +107,8 @@ class LabelMap:
         how = {
             "names": "labels matched by name",
             "meaning": "labels matched by the meaning of their names",
-            "examples": "labels mapped by your examples (the names do not decide it)",
+            "examples": "labels mapped by your examples (the names do not decide it; its accuracy "
+            "there scores each example under the map chosen on the others)",
         }[self.how]
         return how + (", answers restricted to your labels" if self.restricted else "")
 
@@ -216,6 +217,38 @@ def shot_score(
     if user_probs is None:
         return ShotScore(accuracy, accuracy)
     return ShotScore(accuracy, float(np.mean(user_probs[np.arange(len(labels)), labels])))
+
+
+def held_out_score(
+    predicted: np.ndarray, probs: np.ndarray | None, labels: np.ndarray, label_map: LabelMap
+) -> ShotScore:
+    """The score on the user's examples under ``label_map``, honest about how it was chosen.
+
+    A map chosen by names is scored as it is. One chosen by the examples is optimistic on them
+    (more so the more classes the model has to pick from: a six-class model restricted to two
+    fits 16 sentiment examples by luck), so each example is scored under the map chosen on the
+    others (leave-one-out); the map shown is the one chosen on all of them.
+    """
+    if label_map.how != "examples":
+        return shot_score(predicted, probs, labels, label_map)
+    labels = np.asarray(labels, dtype=np.int64)
+    predicted = np.asarray(predicted, dtype=np.int64)
+    n_user, n_model = len(label_map.model_class), label_map.n_model_classes
+    right, confidence = [], []
+    for i in range(len(labels)):
+        keep = np.arange(len(labels)) != i
+        held = map_by_examples(
+            predicted[keep], None if probs is None else np.asarray(probs)[keep], labels[keep], n_user, n_model
+        )
+        score = shot_score(
+            predicted[i : i + 1],
+            None if probs is None else np.asarray(probs)[i : i + 1],
+            labels[i : i + 1],
+            held,
+        )
+        right.append(score.accuracy)
+        confidence.append(score.confidence)
+    return ShotScore(float(np.mean(right)), float(np.mean(confidence)))
 
 
 def choose_label_map(

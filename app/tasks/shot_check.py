@@ -28,7 +28,7 @@ from app.ml.ranking import (
     Tier,
     choose_checked,
     choose_label_map,
-    shot_score,
+    held_out_score,
     tier_of,
 )
 
@@ -82,7 +82,7 @@ def shot_check(
             if label_map is None:
                 raise InvalidInput(f"learnware {learnware_id} has fewer classes than the task's labels")
             maps[learnware_id] = label_map
-            scores[learnware_id] = shot_score(predicted.labels, predicted.probs, labels, label_map)
+            scores[learnware_id] = held_out_score(predicted.labels, predicted.probs, labels, label_map)
         except (InvalidPackage, InvalidInput, OSError, RuntimeError, ValueError) as error:
             ctx.log(f"shot check skipped learnware {learnware_id}: {error}")
         ctx.progress(0.86 + 0.1 * done / len(chosen), f"shot check {done}/{len(chosen)}", force=True)

@@ -33,7 +33,9 @@ def test_smoke_profile_writes_every_key_the_issue_asks_for(datasets_dir: Path, t
     assert saved["pave_labels_normalized_accuracy"] >= saved["normalized_accuracy"] - 1e-9
     # Every kind of user task has its row, as the service ranks, and the mean over kinds.
     kinds = saved["kinds"]
-    assert {"same names", "synonyms", "codes", "case and order", "french", "4 shots", "16 shots"} <= set(kinds)
+    assert {"same names", "synonyms", "codes", "case and order", "french", "4 shots", "16 shots"} <= set(
+        kinds
+    )
     assert {"spec only", "label subset", "no own learnware", "mean over kinds"} <= set(kinds)
     for kind, row in kinds.items():
         for key in ("oracle_agreement_at1", "normalized_accuracy", "hit_at1"):

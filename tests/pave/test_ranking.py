@@ -14,6 +14,7 @@ from app.ml.ranking import (
     by_tier,
     choose_checked,
     choose_label_map,
+    held_out_score,
     labels_are_codes,
     map_by_examples,
     map_by_meaning,
@@ -179,3 +180,23 @@ def test_copies_of_a_spec_rank_behind_their_original() -> None:
     order = [c.id for c in originals_first(ordered, list(names), vectors)]
     # 1 is the oldest of the group {12, 11, 1}; 20 has the same spec but another tier (label map).
     assert order == [1, 11, 12, 5, 20]
+
+
+def test_a_map_chosen_by_the_examples_is_scored_leaving_each_one_out() -> None:
+    """A six-class model restricted to the user's two labels by the examples fits them by luck;
+    scored under maps chosen without each example, the luck is gone."""
+    rng = np.random.default_rng(3)
+    labels = np.repeat([0, 1], 8)
+    probs = rng.dirichlet(np.ones(6), size=16)  # unrelated to the labels
+    predicted = probs.argmax(axis=1)
+    label_map = map_by_examples(predicted, probs, labels, 2, 6)
+    optimistic = shot_score(predicted, probs, labels, label_map).accuracy
+    honest = held_out_score(predicted, probs, labels, label_map).accuracy
+    assert optimistic > 0.5 and honest < optimistic
+    # A model that does the task keeps its score; a map by names is scored as it is.
+    good = labels.copy()
+    assert held_out_score(good, None, labels, map_by_examples(good, None, labels, 2, 2)).accuracy == 1.0
+    by_name = LabelMap((0, 1), "names", 2)
+    assert held_out_score(predicted % 2, None, labels, by_name) == shot_score(
+        predicted % 2, None, labels, by_name
+    )

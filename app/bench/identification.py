@@ -28,7 +28,7 @@ import logging
 import shutil
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -160,13 +160,6 @@ class Learnware:
         return f"{self.task}-{self.family}-{VARIANT_FILES[self.variant]}"
 
 
-@dataclass
-class UserResult:
-    task: str
-    seed: int
-    methods: dict[str, dict[str, float]] = field(default_factory=dict)
-
-
 class Cache:
     """Files under one folder, keyed by name: learnware packages, predictions, specs, scores."""
 
@@ -296,7 +289,7 @@ class Market:
         return TextTask(train.name, train.split, train.texts, labels, train.label_names)
 
     def _package(self, name: str, family: str, variant: str) -> Path:
-        from app.ml import builders
+        from app.bench import builders
 
         path = self.cache.path("packages", f"{name}-{family}-{VARIANT_FILES[variant]}.zip")
         if path.is_file():
@@ -385,13 +378,6 @@ class Market:
                 ).vector
             ),
         )
-
-
-def _rank_of(matches: list[Match], lw_id: int) -> int:
-    for rank, match in enumerate(matches):
-        if match.id == lw_id:
-            return rank
-    return len(matches)
 
 
 def _tie_block(ranking: list[Match], position: int) -> tuple[int, int]:

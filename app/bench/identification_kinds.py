@@ -20,9 +20,9 @@ the best learnware in hindsight under the map a person would accept (equal names
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -46,7 +46,29 @@ from app.ml.ranking import (
 )
 
 if TYPE_CHECKING:
-    from app.bench.identification import Market
+    from app.ml.runners.base import Predictions
+
+
+class LearnwareView(Protocol):
+    id: int
+    task: str
+    variant: str
+    label_names: list[str]
+
+
+class Market(Protocol):
+    """What the kinds need of the benchmark's market (`app.bench.identification.Market`)."""
+
+    tasks: dict[str, TextTask]
+    tests: dict[str, TextTask]
+
+    @property
+    def learnwares(self) -> Sequence[LearnwareView]: ...
+
+    def predict(self, lw: Any, texts: list[str]) -> Predictions: ...
+
+    def test_predictions(self, lw: Any, task: str) -> Predictions: ...
+
 
 # Users who name their classes differently from the learnwares (held-back cases of BENCHMARK.md).
 SYNONYMS = {

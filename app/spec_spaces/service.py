@@ -6,21 +6,18 @@ A space's id is cheap to compute (its config and the sha256 of the base's weight
 
 from __future__ import annotations
 
-import json
-import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.api.errors import NotFound
 from app.db.models import SpecSpaceRecord
-from app.ml.encoders import resolve_base, weights_sha256
-from app.ml.errors import IncompatibleSpec
-from app.ml.spec_space import SpecSpaceConfig, config_dict, load_space, space_id
+from app.errors import IncompatibleSpec, NotFound
+from app.ml.bases import resolve_base
+from app.ml.encoders import weights_sha256
+from app.ml.pave import UploadedSpec
+from app.ml.spec_space import SpecSpaceConfig, check_vector, config_dict, load_space, space_id
 from app.settings import Settings
 
 
@@ -72,64 +69,13 @@ def list_spaces(session: Session) -> Sequence[SpecSpaceRecord]:
 
 
 def check_spec(vector: np.ndarray, record: SpecSpaceRecord, claimed_space: str | None) -> np.ndarray:
-    """Refuse a spec of another space, of the wrong shape, or with non-finite or zero values
-    (the same rules as ``app.ml.spec_space.check_vector``, against the registered space)."""
-    if claimed_space is not None and claimed_space != record.id:
-        raise IncompatibleSpec(f"spec is of space {claimed_space}, not {record.id}")
-    arr = np.asarray(vector)
-    if arr.ndim != 1 or arr.shape[0] != record.dim:
-        raise IncompatibleSpec(f"spec has shape {tuple(arr.shape)}, space {record.id} needs ({record.dim},)")
-    if not np.all(np.isfinite(arr)):
-        raise IncompatibleSpec("spec has NaN or infinite values")
-    if not np.any(arr):
-        raise IncompatibleSpec("spec is all zeros")
-    return arr.astype(np.float32)
+    """``check_vector`` against the registered space (no model loaded)."""
+    return check_vector(vector, record, claimed_space)
 
 
-@dataclass(frozen=True)
-class UploadedSpec:
-    space_id: str | None
-    vector: np.ndarray
-    meta: dict[str, str]
-
-
-_MAX_HEADER = 1 << 20
-
-
-def read_spec_file(path: Path) -> UploadedSpec:
-    """Read a spec written by ``PaveSpec.save`` (``<stem>.safetensors``: tensor ``pave``, the space
-    id in its metadata). The header is parsed here with bounds checks, never by a pickle."""
-    raw = Path(path).read_bytes()
-    if len(raw) < 8:
-        raise IncompatibleSpec("spec file is not safetensors: shorter than its header length")
-    (header_len,) = struct.unpack("<Q", raw[:8])
-    if header_len > min(_MAX_HEADER, len(raw) - 8):
-        raise IncompatibleSpec("spec file is not safetensors: bad header length")
-    try:
-        header = json.loads(raw[8 : 8 + header_len])
-    except ValueError as exc:
-        raise IncompatibleSpec(f"spec file is not safetensors: {exc}") from exc
-    if not isinstance(header, dict):
-        raise IncompatibleSpec("spec file is not safetensors: header is not an object")
-    meta = header.get("__metadata__") or {}
-    tensor = header.get("pave")
-    if not isinstance(tensor, dict):
-        raise IncompatibleSpec("spec file holds no 'pave' tensor")
-    dtype, shape, offsets = tensor.get("dtype"), tensor.get("shape"), tensor.get("data_offsets")
-    if dtype != "F32":
-        raise IncompatibleSpec(f"spec tensor has dtype {dtype}, not F32")
-    if not (isinstance(shape, list) and all(isinstance(s, int) and s >= 0 for s in shape)):
-        raise IncompatibleSpec(f"spec tensor has a bad shape {shape!r}")
-    if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)):
-        raise IncompatibleSpec("spec tensor has bad data offsets")
-    start, end = 8 + header_len + offsets[0], 8 + header_len + offsets[1]
-    count = int(np.prod(shape)) if shape else 1
-    if not (8 + header_len <= start <= end <= len(raw)) or end - start != 4 * count:
-        raise IncompatibleSpec("spec tensor data does not match its shape")
-    vector = np.frombuffer(raw[start:end], dtype="<f4").reshape(shape).astype(np.float32)
-    claimed = meta.get("space_id") if isinstance(meta, dict) else None
-    return UploadedSpec(
-        space_id=str(claimed) if claimed else None,
-        vector=vector,
-        meta={str(k): str(v) for k, v in meta.items()} if isinstance(meta, dict) else {},
-    )
+def check_uploaded(
+    session: Session, uploaded: UploadedSpec, default_id: str
+) -> tuple[SpecSpaceRecord, np.ndarray]:
+    """The registered space an uploaded spec claims (the default if none) and its checked vector."""
+    record = space_for_spec(session, uploaded.space_id, default_id)
+    return record, check_spec(uploaded.vector, record, uploaded.space_id)

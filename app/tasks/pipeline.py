@@ -5,15 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from app.db.base import utcnow
-from app.db.models import Spec, SpecKind, SpecSource, SpecSpaceRecord, TaskStatus, UserTask
+from app.db.models import Learnware, Spec, SpecKind, SpecSource, SpecSpaceRecord, TaskStatus, UserTask
+from app.errors import IncompatibleSpec, InvalidInput
 from app.index.registry import vector_from_bytes
 from app.jobs import service as jobs
 from app.jobs.runner import JobContext
 from app.learnwares.service import spec_row
-from app.ml.errors import IncompatibleSpec, InvalidInput
 from app.ml.ranking import rank_for_task
 from app.tasks.service import find_candidates, present, rank
 from app.tasks.shot_check import shot_check
@@ -95,6 +96,13 @@ def _finish(
     another connection, which SQLite would block behind this transaction's write lock)."""
     task.results = results
     task.index_version = version
+    if results:
+        session.execute(
+            update(Learnware)
+            .where(Learnware.id == int(results[0]["learnware_id"]))
+            .values(ranked_first_count=Learnware.ranked_first_count + 1)
+            .execution_options(synchronize_session=False)
+        )
     task.status = TaskStatus.ready
     task.identified_at = utcnow()
     task.error = None

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from app.errors import InvalidInput, InvalidPackage
 from app.jobs.runner import JobContext
 from app.learnwares import repository as learnwares
-from app.learnwares.pipeline import extracted
-from app.ml.errors import InvalidInput, InvalidPackage
+from app.learnwares.packages import extracted
 from app.ml.ranking import (
     Candidate,
     LabelMap,
@@ -65,7 +65,7 @@ def shot_check(
         try:
             if learnware_id not in packages:
                 raise InvalidPackage(f"learnware {learnware_id} is no longer ready")
-            with extracted(ctx, packages[learnware_id]) as package:
+            with extracted(ctx.runtime, packages[learnware_id], label=f"job-{ctx.claim.job_id}") as package:
                 runner = load_runner(package)
                 predicted = runner.predict(list(texts))
             model_names = list(runner.label_names)

@@ -9,10 +9,14 @@ from tqdm import tqdm
 
 
 @contextmanager
-def progress_bar(description: str) -> Iterator[Callable[[int, int, str], None]]:
-    bar = tqdm(desc=description, unit="step", dynamic_ncols=True)
+def progress_bar(description: str, unit: str = "step") -> Iterator[Callable[[int, int, str], None]]:
+    """A bar drawn from the first report on: an operation that fails or ends first draws none."""
+    bars: list[tqdm] = []
 
     def report(done: int, total: int, message: str) -> None:
+        if not bars:
+            bars.append(tqdm(desc=description, unit=unit, dynamic_ncols=True, total=total))
+        bar = bars[0]
         bar.total = total
         bar.n = done
         bar.set_postfix_str(message, refresh=False)
@@ -21,4 +25,5 @@ def progress_bar(description: str) -> Iterator[Callable[[int, int, str], None]]:
     try:
         yield report
     finally:
-        bar.close()
+        for bar in bars:
+            bar.close()

@@ -51,9 +51,13 @@ def package(
     ] = None,
     label_names: Annotated[
         str | None,
-        typer.Option("--label-names", help="comma-separated class names in output order (default: the model's)"),
+        typer.Option(
+            "--label-names", help="comma-separated class names in output order (default: the model's)"
+        ),
     ] = None,
-    name: Annotated[str | None, typer.Option("--name", help="learnware name (default: SOURCE's name)")] = None,
+    name: Annotated[
+        str | None, typer.Option("--name", help="learnware name (default: SOURCE's name)")
+    ] = None,
     description: Annotated[str, typer.Option("--description", help="what it does, on what data")] = "",
     tags: Annotated[str | None, typer.Option("--tags", help="comma-separated tags")] = None,
     base: Annotated[
@@ -63,7 +67,9 @@ def package(
         str | None,
         typer.Option("--format", help="hf-seqcls, peft-lora, sklearn or onnx (default: from SOURCE)"),
     ] = None,
-    out: Annotated[Path | None, typer.Option("--out", help="package zip to write (default: NAME.zip)")] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="package zip to write (default: NAME.zip)")
+    ] = None,
     spec: Annotated[
         Path | None,
         typer.Option("--spec", help="also fit the spec here: writes SPEC.safetensors and SPEC.json"),
@@ -109,7 +115,9 @@ def package(
         tensors = _fit_spec(result.path, spec)
         console.print(f"  spec fitted here: {tensors}")
         submit += ["--spec", str(spec)]
-    console.print("next, with a developer key in PAVEDOCK_API_KEY (and PAVEDOCK_URL if the dock is elsewhere):")
+    console.print(
+        "next, with a developer key in PAVEDOCK_API_KEY (and PAVEDOCK_URL if the dock is elsewhere):"
+    )
     console.print("  " + shlex.join(submit), soft_wrap=True, highlight=False)
 
 

@@ -13,9 +13,7 @@ import shutil
 import sys
 from pathlib import Path
 
-URL_HELP = (
-    "the dock's base URL (default: where `pavedock serve` listens, from PAVEDOCK_HOST / PAVEDOCK_PORT)"
-)
+URL_HELP = "the dock's base URL (default: where `pavedock serve` listens, from PAVEDOCK_HOST / PAVEDOCK_PORT)"
 
 
 def serve_url(host: str, port: int) -> str:

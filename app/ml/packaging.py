@@ -156,7 +156,8 @@ def read_inputs_file(path: Path, limits: PackageLimits | None = None) -> list[st
         raise PackagingError(f"--inputs {path.name} holds no inputs", "add typical inputs of your model")
     if len(texts) > limits.max_inputs:
         raise PackagingError(
-            f"--inputs {path.name} holds {len(texts)} inputs", f"keep at most {limits.max_inputs} (256 are plenty)"
+            f"--inputs {path.name} holds {len(texts)} inputs",
+            f"keep at most {limits.max_inputs} (256 are plenty)",
         )
     return texts
 

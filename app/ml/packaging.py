@@ -523,6 +523,11 @@ def _manifest_fix(exc: ValidationError) -> str:
 def _fix_for(message: str, fmt: SourceFormat) -> str:
     if "predicts a single class" in message:
         return "declare inputs of every class the model predicts (--inputs)"
+    if "locale" in message:
+        return (
+            'export with the option {"locale": "C.UTF-8"} for each vectoriser (skl2onnx defaults to '
+            "en_US.UTF-8, which most machines, the dock's workers too, do not have)"
+        )
     if "output classes" in message:
         return "give as many --label-names as the model has outputs"
     if fmt == "peft-lora":

@@ -19,15 +19,17 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from app.cli.where import URL_HELP, default_dock_url, forget_serve_url, record_serve_url, serve_url
+
 if TYPE_CHECKING:
     from app.client import DockClient
     from app.jobs.schemas import JobRead
 
 console = Console()
 
-Url = Annotated[str, typer.Option("--url", envvar="PAVEDOCK_URL", help="the dock's base URL")]
+Url = Annotated[str, typer.Option("--url", envvar="PAVEDOCK_URL", help=URL_HELP)]
 Key = Annotated[str | None, typer.Option("--key", envvar="PAVEDOCK_API_KEY", help="an API key (pdk_…)")]
-DEFAULT_URL = "http://127.0.0.1:8000"
+DEFAULT_URL = default_dock_url()  # where `pavedock serve` listens with this environment
 
 db_app = typer.Typer(no_args_is_help=True, help="The database schema (Alembic migrations).")
 keys_app = typer.Typer(
@@ -126,8 +128,8 @@ class _EmbeddedWorker(threading.Thread):
 
 
 def serve(
-    host: Annotated[str | None, typer.Option(help="bind address (default: settings, 127.0.0.1)")] = None,
-    port: Annotated[int | None, typer.Option(help="port (default: settings, 8000)")] = None,
+    host: Annotated[str | None, typer.Option(help="bind address (default: PAVEDOCK_HOST, 127.0.0.1)")] = None,
+    port: Annotated[int | None, typer.Option(help="port (default: PAVEDOCK_PORT, 8000)")] = None,
     worker: Annotated[bool, typer.Option("--worker/--no-worker", help="start a Celery worker too")] = True,
     concurrency: Annotated[int | None, typer.Option(help="worker processes (default: settings)")] = None,
 ) -> None:
@@ -152,15 +154,18 @@ def serve(
         embedded = _EmbeddedWorker(settings.worker_queues, concurrency or settings.worker_concurrency)
         embedded.start()
     start_flower()
+    bind, listen = host or settings.host, port or settings.port
+    served = record_serve_url(settings.data_dir, serve_url(bind, listen))  # clients find it there
     try:
         uvicorn.run(
             "app.api.main:create_app",
             factory=True,
-            host=host or settings.host,
-            port=port or settings.port,
+            host=bind,
+            port=listen,
             log_level=os.environ.get("PAVEDOCK_LOG_LEVEL", "info").lower(),
         )
     finally:
+        forget_serve_url(served)
         if embedded is not None:
             embedded.stop()
 
@@ -411,6 +416,12 @@ def _label_names(value: str) -> list[str]:
     return [n.strip() for n in value.split(",") if n.strip()]
 
 
+RANK_ORDER = (
+    "order: label set (yours, then as many classes, then the rest), then accuracy on your examples "
+    "where checked (ties: p, the mean probability of the true labels), then score (the spec's cosine)"
+)
+
+
 def print_matches(matches: list[Any]) -> None:
     table = Table("rank", "learnware", "score", "on your examples", "name", "format", "labels")
     for m in matches:
@@ -430,6 +441,7 @@ def print_matches(matches: list[Any]) -> None:
             labels[:48],
         )
     console.print(table)
+    console.print(RANK_ORDER, style="dim", soft_wrap=True)
 
 
 def task(

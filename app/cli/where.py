@@ -1,13 +1,15 @@
 """Where the dock is, and how to write a ``pavedock`` command the user can paste.
 
-Every client command takes ``--url`` (or ``PAVEDOCK_URL``); without either, it goes where
-``pavedock serve`` listens with the same environment: ``PAVEDOCK_HOST`` and ``PAVEDOCK_PORT``
-(default ``http://127.0.0.1:8000``). So ``PAVEDOCK_PORT=8100`` in one shell serves and finds
-the dock on 8100; from another machine or shell, ``PAVEDOCK_URL`` says where it is.
+Every client command takes ``--url`` (or ``PAVEDOCK_URL``). Without either it goes where
+``pavedock serve`` listens: the URL a running ``pavedock serve`` of the same data folder wrote
+to ``<data_dir>/serve.json`` (so ``pavedock serve --port 8100`` is found from another shell of
+the same checkout), else ``PAVEDOCK_HOST`` and ``PAVEDOCK_PORT`` (``http://127.0.0.1:8000``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
 import sys
@@ -25,8 +27,38 @@ def serve_url(host: str, port: int) -> str:
     return f"http://{host}:{port}"
 
 
+SERVE_FILE = "serve.json"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
+def record_serve_url(data_dir: Path, url: str) -> Path:
+    """Written by ``pavedock serve`` once it knows its port; removed when it stops."""
+    path = data_dir / SERVE_FILE
+    path.write_text(json.dumps({"url": url, "pid": os.getpid()}))
+    return path
+
+
+def running_serve_url(data_dir: Path) -> str | None:
+    """The URL of a live ``pavedock serve`` over ``data_dir``, if one recorded it."""
+    try:
+        record = json.loads((data_dir / SERVE_FILE).read_text())
+        url, pid = str(record["url"]), int(record["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return url if _alive(pid) else None
+
+
 def default_dock_url() -> str:
-    """``PAVEDOCK_URL`` if set, else where ``pavedock serve`` listens under these settings."""
+    """``PAVEDOCK_URL`` if set, else where ``pavedock serve`` listens (see the module's doc)."""
     explicit = os.environ.get("PAVEDOCK_URL")
     if explicit:
         return explicit.rstrip("/")
@@ -36,7 +68,12 @@ def default_dock_url() -> str:
         settings = Settings()
     except ValueError:  # a bad unrelated setting must not break the client; serve will say why
         return "http://127.0.0.1:8000"
-    return serve_url(settings.host, settings.port)
+    return running_serve_url(settings.data_dir) or serve_url(settings.host, settings.port)
+
+
+def forget_serve_url(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink()
 
 
 def pavedock_command() -> str:

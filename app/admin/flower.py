@@ -61,6 +61,10 @@ def flower_command(settings: AdminSettings) -> list[str] | None:
     command = [
         sys.executable, "-m", "celery", "-A", "workers.celery_app", "flower",
         f"--address={host}", f"--port={port}", "--logging=warning",
+        # Flower asks the workers about themselves at start; the embedded broker polls its
+        # folders, so answers take a second or two: within Flower's default of 1 s they would
+        # be "Inspect method … failed" warnings on the first screen.
+        f"--inspect_timeout={settings.worker_inspect_timeout_s * 1000:.0f}",
     ]  # fmt: skip
     prefix = url.path.strip("/")
     if prefix:

@@ -19,6 +19,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from app.cli.quiet import explain_root, worker_env
 from app.cli.where import URL_HELP, default_dock_url, forget_serve_url, record_serve_url, serve_url
 
 if TYPE_CHECKING:
@@ -109,7 +110,7 @@ class _EmbeddedWorker(threading.Thread):
         delay = 1.0
         while not self.stopping.is_set():
             started = time.monotonic()
-            self.proc = subprocess.Popen(self.command, preexec_fn=_die_with_parent)
+            self.proc = subprocess.Popen(self.command, preexec_fn=_die_with_parent, env=worker_env())
             code = self.proc.wait()
             if self.stopping.is_set():
                 return
@@ -151,6 +152,7 @@ def serve(
         console.print("no admin key yet: create one with [bold]pavedock keys create --role admin[/bold]")
     embedded = None
     if worker:
+        explain_root(console)
         embedded = _EmbeddedWorker(settings.worker_queues, concurrency or settings.worker_concurrency)
         embedded.start()
     start_flower()

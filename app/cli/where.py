@@ -54,7 +54,14 @@ def running_serve_url(data_dir: Path) -> str | None:
         url, pid = str(record["url"]), int(record["pid"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return url if _alive(pid) else None
+    if not _alive(pid):
+        return None
+    cmdline = Path(f"/proc/{pid}/cmdline")  # Linux: a pid reused by another program is no dock
+    if cmdline.exists():
+        with contextlib.suppress(OSError):
+            if b"serve" not in cmdline.read_bytes():
+                return None
+    return url
 
 
 def default_dock_url() -> str:

@@ -35,9 +35,10 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import Pipeline
 from threadpoolctl import threadpool_limits
 from transformers import (
-    AutoModelForSequenceClassification,
+    AutoModel,
     AutoTokenizer,
     BertForSequenceClassification,
+    BertModel,
     PreTrainedTokenizerBase,
 )
 
@@ -274,19 +275,22 @@ def train_linear_head_learnware(
     path = resolve_base(base)
     configure_threads()
     torch.manual_seed(seed)
-    model = AutoModelForSequenceClassification.from_pretrained(
-        path,
-        num_labels=len(names),
-        id2label=dict(enumerate(names)),
-        label2id={n: i for i, n in enumerate(names)},
-        trust_remote_code=False,
-        use_safetensors=True,
-        local_files_only=True,
+    # The base checkpoint has no classifier: loading it as a sequence classifier would make a
+    # random head (and transformers report it as "MISSING … newly initialized"). The head is
+    # set from the regression below, so load the encoder alone and put a head on it.
+    encoder = AutoModel.from_pretrained(
+        path, trust_remote_code=False, use_safetensors=True, local_files_only=True
     )
-    if not isinstance(model, BertForSequenceClassification):
+    if not isinstance(encoder, BertModel):
         raise InvalidInput(
-            f"a linear-head learnware needs a BERT base, {base!r} is {model.config.model_type!r}"
+            f"a linear-head learnware needs a BERT base, {base!r} is {encoder.config.model_type!r}"
         )
+    config = encoder.config
+    config.num_labels = len(names)
+    config.id2label = dict(enumerate(names))
+    config.label2id = {n: i for i, n in enumerate(names)}
+    model = BertForSequenceClassification(config)
+    model.bert = encoder
     cast(torch.nn.Module, model).to(default_device()).eval()
     tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False, local_files_only=True)
     features = pooler_features(model, tokenizer, train.texts, max_tokens=max_tokens)

@@ -63,9 +63,18 @@ def test_the_default_is_where_serve_listens(clean_env: Path, monkeypatch: pytest
 
 
 def test_a_running_serve_is_found_by_its_record(clean_env: Path) -> None:
-    record_serve_url(clean_env, serve_url("127.0.0.1", 8555))  # this process plays the server
-    assert running_serve_url(clean_env) == "http://127.0.0.1:8555"
-    assert default_dock_url() == "http://127.0.0.1:8555"
+    # A stand-in for `pavedock serve` (its command line names serve) records where it listens.
+    server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "serve"])
+    try:
+        (clean_env / "serve.json").write_text(json.dumps({"url": "http://127.0.0.1:8555", "pid": server.pid}))
+        assert running_serve_url(clean_env) == "http://127.0.0.1:8555"
+        assert default_dock_url() == "http://127.0.0.1:8555"
+    finally:
+        server.kill()
+        server.wait()
+    # A record whose pid now belongs to another program is ignored.
+    record_serve_url(clean_env, serve_url("127.0.0.1", 8557))  # this process: pytest, no dock
+    assert running_serve_url(clean_env) is None
     # A record left by a serve that died (SIGKILL) is ignored.
     dead = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True

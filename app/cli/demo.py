@@ -110,7 +110,9 @@ def run_demo(
             try:
                 sub = dev.submit(package)
             except DockAPIError as exc:
-                console.print(f"[yellow]{name}: {exc.message}[/yellow]")
+                # A second demo on the same dock: its learnwares are there already (the dock
+                # refuses the same weights twice), and the task below still finds them.
+                console.print(f"[yellow]{name}: not submitted: {exc.message}[/yellow]", soft_wrap=True)
                 continue
             submitted.append((f"{name}-{family}", sub.learnware_id, sub.job_id))
             console.print(f"  submitted as learnware {sub.learnware_id} (job {sub.job_id})")
@@ -137,12 +139,13 @@ def run_demo(
     print_matches(result.matches)
     best = result.matches[0].learnware_id if result.matches else 1
     cmd = pavedock_command()
-    first_job = submitted[0][2] if submitted else 1
+    # Jobs are seen by the key that started them: suggest one of this developer's own.
+    follow = f"  {cmd} jobs show {submitted[0][2]} --key {developer}\n" if submitted else ""
     names = shlex.quote(",".join(query.label_names))
     console.print(
         "\nThe demo made two keys of this dock (store them: they are shown once):\n"
         f"  developer  {developer}\n"
-        "             owns the learnwares above: submits packages, follows their jobs\n"
+        "             submits packages and follows their jobs (the learnwares above are its own)\n"
         f"  user       {user}\n"
         "             posts tasks and downloads learnwares; the ranking above is its task\n"
         "Jobs and tasks are seen by the key that made them (and admins): another key gets 403 or 404.\n"
@@ -151,9 +154,8 @@ def run_demo(
         f"  {cmd} task {shlex.quote(str(shots))} --label-names {names} --local\n"
         f"  {cmd} download {best} --out .\n"
         "and as the demo developer:\n"
-        f"  {cmd} jobs show {first_job} --key {developer}\n"
-        f"  {cmd} package MODEL --inputs inputs.txt --license MIT   # your own model: docs/packages.md\n"
-        f"  {cmd} submit PACKAGE.zip --key {developer}",
+        f"{follow}"
+        f"  {cmd} package --help   # your own model as a learnware: docs/packages.md",
         soft_wrap=True,
         highlight=False,
     )

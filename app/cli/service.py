@@ -325,6 +325,19 @@ def keys_revoke(key_id: int) -> None:
 
 
 def _wait_and_report(client: DockClient, job_id: int, timeout: float) -> JobRead:
+    if sys.stderr.isatty():  # a bar in a terminal; one line per step in logs and pipes
+        from app.cli.progress import progress_bar
+
+        with progress_bar(f"job {job_id}", unit="%") as report:
+            job = client.wait(
+                job_id,
+                timeout=timeout,
+                progress=lambda j: report(round(j.progress * 100), 100, f"{j.stage} {j.message}"[:60]),
+            )
+        _print_job(job)
+        if job.state.value != "succeeded":
+            console.print(f"[red]job {job.id} {job.state.value}: {job.error or job.message}[/red]")
+        return job
     last = [-1.0]
 
     def show(job: JobRead) -> None:

@@ -90,19 +90,21 @@ def duplicate_of(session: Session, owner_id: int, package_sha256: str) -> Learnw
     )
 
 
-def same_weights(session: Session, owner_id: int, weights_sha256: str, *, private: bool) -> Learnware | None:
-    """The first live learnware with these weights that a new submission would duplicate.
-
-    A public submission is compared with every owner's public learnwares and the submitter's
-    own; a private one (a user's own merge or fine-tune, never indexed) with the owner's alone.
-    """
-    query = select(Learnware).where(
-        Learnware.weights_sha256 == weights_sha256,
-        Learnware.status.not_in((LearnwareStatus.deleted, LearnwareStatus.rejected, LearnwareStatus.failed)),
+def same_weights(session: Session, weights_sha256: str) -> Learnware | None:
+    """The first live public learnware with these weights: a public submission of them again,
+    from anyone, under any name, would be a copy of it in the market."""
+    return session.scalar(
+        select(Learnware)
+        .where(
+            Learnware.weights_sha256 == weights_sha256,
+            Learnware.private.is_(False),
+            Learnware.status.not_in(
+                (LearnwareStatus.deleted, LearnwareStatus.rejected, LearnwareStatus.failed)
+            ),
+        )
+        .order_by(Learnware.id)
+        .limit(1)
     )
-    mine = Learnware.owner_id == owner_id
-    query = query.where(mine if private else or_(mine, Learnware.private.is_(False)))
-    return session.scalar(query.order_by(Learnware.id).limit(1))
 
 
 def package_in_use(session: Session, package_sha256: str, *, except_id: int) -> bool:

@@ -101,7 +101,9 @@ def submit(
                 f"this package was already submitted as learnware {existing.id} ({existing.status.value})"
             )
         weights = weights_fingerprint(package)
-        original = repository.same_weights(session, owner.id, weights, private=private)
+        # Only the market is kept free of copies: a private learnware (a user's own merge or
+        # fine-tune, never indexed) may equal another, and may later be published by its owner.
+        original = None if private else repository.same_weights(session, weights)
         if original is not None:
             # Refused rather than marked: a copy adds nothing to the market but a second,
             # identical entry in every ranking, and nothing is stored for it.

@@ -1,6 +1,6 @@
-"""The same weights twice: refused with 409 naming the original, whoever uploads them, under
-whatever name or packaging; a different model, or the same one after the original is deleted,
-is accepted."""
+"""The same weights twice in the market: refused with 409 naming the original, whoever uploads
+them, under whatever name or packaging; a different model, the same one after the original is
+deleted, or a user's private copy, is accepted."""
 
 from __future__ import annotations
 
@@ -13,9 +13,13 @@ import onnx
 import yaml
 from fastapi.testclient import TestClient
 from safetensors.numpy import load_file, save_file
+from sqlalchemy import select
 
+from app.db.models import ApiKey, Learnware
+from app.learnwares.service import submit
 from app.ml.fingerprint import weights_fingerprint
 from app.ml.packages import extract_package
+from app.runtime import Runtime
 from tests.api.conftest import Keys
 
 
@@ -119,3 +123,22 @@ def test_the_fingerprint_is_of_the_tensors_not_the_file(
     changed[names[0]].flat[0] += 1e-3
     save_file(changed, str(weights))
     assert weights_fingerprint(package) != before
+
+
+def test_private_learnwares_may_repeat_weights(
+    client: TestClient, keys: Keys, runtime: Runtime, tfidf_packages: dict[str, Path], tmp_path: Path
+) -> None:
+    """A user's own merge or fine-tune (private, never indexed) may equal a public learnware,
+    as reuse jobs register it; the market itself stays free of copies."""
+    original = tfidf_packages["sst2"]
+    code, body = post(client, keys, "developer", original.read_bytes())
+    assert code == 202, body
+    copy = tmp_path / "mine.zip"
+    copy.write_bytes(repackaged(original, manifest={"name": "my private merge"}))
+    with runtime.db.session() as session:
+        user = session.scalar(select(ApiKey).where(ApiKey.name == "user"))
+        assert user is not None
+        mine, _ = submit(session, runtime, user, copy, None, private=True)
+        assert mine.private and mine.id != body["learnware_id"]
+        first = session.get(Learnware, body["learnware_id"])
+        assert first is not None and mine.weights_sha256 == first.weights_sha256

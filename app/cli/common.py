@@ -116,9 +116,9 @@ def print_matches(matches: list[Any]) -> None:
     console.print(table)
     reasons = [(m.rank, getattr(m, "reason", "")) for m in matches]
     if any(reason for _, reason in reasons):
-        console.print(RANKING_ORDER)
+        console.print(RANKING_ORDER, soft_wrap=True)
         for rank, reason in reasons:
-            console.print(f"  {rank}. {reason}", highlight=False)
+            console.print(f"  {rank}. {reason}", highlight=False, soft_wrap=True)
 
 
 def datasets_dir(explicit: Path | None = None) -> Path:

@@ -90,8 +90,11 @@ class Settings(BaseSettings):
     """A learnware's spec is fitted to its predictions on at most this many declared inputs."""
     validation_inputs: int = 512
     """Validation runs the model on at most this many declared inputs."""
-    recompute_uploaded_specs: bool = False
-    """Recompute a spec the developer uploaded (and log their agreement) instead of trusting it."""
+    recompute_uploaded_specs: bool = True
+    """Fit every learnware's spec to its own predictions, also where the developer uploaded one
+    (their agreement is logged). Off, an uploaded spec is trusted once its space, shape and values
+    pass: a copied or forged spec then describes the model, which is how a flood of junk learnwares
+    with a popular task's spec would take that task's first places (matches say `spec_recomputed`)."""
     review_required: bool = False
     """Validated learnwares wait for an admin's approval before they are indexed."""
     keep_task_examples: bool = False
@@ -140,7 +143,9 @@ class Settings(BaseSettings):
 
     @property
     def resolved_broker_url(self) -> str:
-        return self.broker_url or "filesystem://"
+        # The filesystem transport ignores the host, but kombu warns "No hostname was supplied"
+        # on every connection without one: name the host it would assume.
+        return self.broker_url or "filesystem://localhost/"
 
     @property
     def broker_dir(self) -> Path:

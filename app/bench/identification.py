@@ -35,42 +35,31 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from app.bench import identification_kinds as kinds
 from app.bench.report import machine, md_table, percentile, write_json
 from app.ml.data import TextTask, few_shot, load_task, text_task_names
-from app.ml.identify import (
-    SHOT_CHECK_K,
-    Match,
-    ShotScore,
-    best_label_map,
-    label_compatible_first,
-    rank_specs,
-    shot_candidates,
-    shot_checked,
-    shot_score,
-)
+from app.ml.identify import Match, rank_specs
 from app.ml.packages import LearnwarePackage
 from app.ml.pave import fit_pave_spec
+from app.ml.ranking import (
+    SHOT_CHECK_K,
+    Candidate,
+    LabelMap,
+    ShotScore,
+    answers,
+    by_tier,
+    map_by_examples,
+    map_by_name,
+    shot_score,
+)
+from app.ml.runners.base import Predictions
 from app.ml.spec_space import FitRecipe, SpecSpace, load_space
 
 log = logging.getLogger(__name__)
 
 FAMILIES = ("lora", "linear", "onnx")
-# Users who name their classes differently from the learnwares (a held-back case of BENCHMARK.md).
-RENAMED_LABELS = {
-    "negative": "bad", "positive": "good", "neutral": "so-so", "very negative": "terrible",
-    "very positive": "excellent", "ham": "normal message", "spam": "junk message",
-    "subjective": "opinion", "objective": "fact", "world": "international", "sports": "athletics",
-    "business": "economy", "science and technology": "tech", "description": "explanation",
-    "entity": "thing", "abbreviation": "acronym", "human": "person", "location": "place",
-    "number": "quantity", "anger": "rage", "joy": "happiness", "optimism": "hope",
-    "sadness": "sorrow", "not hate": "harmless", "hate": "hateful", "non irony": "sincere",
-    "irony": "sarcasm", "not offensive": "polite", "offensive": "insulting",
-    "unacceptable": "ungrammatical", "acceptable": "grammatical", "entailment": "implied",
-    "not entailment": "not implied", "hate speech": "hateful speech",
-    "offensive language": "rude language", "neither": "normal", "none": "unrelated",
-    "against": "opposed", "favor": "supportive",
-}  # fmt: skip
-
+VARIANTS = ("good", "corrupted", "noisy", "small")
+VARIANT_FILES = {"good": "good", "corrupted": "random95", "noisy": "noisy40", "small": "small5"}
 # Six tasks, two per family, with a sentiment pair (sst2, mr) whose learnwares serve each other.
 QUICK_TASKS = ("sst2", "sms_spam", "trec", "mr", "ag_news", "tweet_emotion")
 
@@ -154,15 +143,21 @@ class Learnware:
     id: int
     task: str
     family: str
-    corrupted: bool
+    variant: str
+    """``good``; ``corrupted`` (95% of its training labels drawn at random: bad under every label
+    map); or, graded, ``noisy`` (40% drawn at random) and ``small`` (5% of the training data)."""
     package_dir: Path
     label_names: list[str]
     inputs: list[str]
     model_format: str
 
     @property
+    def corrupted(self) -> bool:
+        return self.variant == "corrupted"
+
+    @property
     def key(self) -> str:
-        return f"{self.task}-{self.family}-{'corrupted' if self.corrupted else 'good'}"
+        return f"{self.task}-{self.family}-{VARIANT_FILES[self.variant]}"
 
 
 class Cache:
@@ -198,24 +193,12 @@ def _tag(recipe: FitRecipe) -> str:
     return hashlib.sha256(json.dumps(asdict(recipe), sort_keys=True).encode()).hexdigest()[:10]
 
 
-def _label_map(source: list[str], target: list[str]) -> np.ndarray | None:
-    """Index map from a learnware's label ids to a task's, when their label sets are equal."""
-    if sorted(source) != sorted(target):
-        return None
-    return np.asarray([target.index(name) for name in source], dtype=np.int64)
-
-
 # The rankings compared, by their key in the results (summary keys are prefixed "<key>_", PAVE's
 # by cosine alone unprefixed), with their names in the Markdown table.
 METHODS = {
-    "pave": "PAVE",
-    "pave_labels": "PAVE, label tiers (user's label set, then as many classes)",
-    "pave_shots": f"PAVE, label tiers, top {SHOT_CHECK_K} checked on the user's shots (as the service ranks)",
-    "pave_shots_accuracy": f"PAVE, label tiers, top {SHOT_CHECK_K} checked, by shot accuracy alone",
-    "pave_renamed": "PAVE, user renames the labels",
-    "pave_renamed_labels": "PAVE, user renames the labels, label tiers",
-    "pave_renamed_shots": f"PAVE, user renames the labels, label tiers, top {SHOT_CHECK_K} checked (best label map)",
-    "pave_club": "PAVE♣ (true labels)",
+    "pave": "PAVE, cosine alone",
+    "pave_labels": "PAVE, tiers by what a learnware can answer, then cosine (no shot check)",
+    "pave_club": "PAVE♣ (true labels), cosine alone",
     "rkme": "RKME",
 }
 
@@ -224,9 +207,22 @@ def _prefix(method: str) -> str:
     return "" if method == "pave" else f"{method}_"
 
 
-def _accuracy_only(scores: dict[int, ShotScore | None]) -> dict[int, ShotScore | None]:
-    """The shot check without its confidence tie-break: equal accuracies keep the tier order."""
-    return {i: None if s is None else ShotScore(s.accuracy, s.accuracy) for i, s in scores.items()}
+def _tiered(ranking: list[Match], names_of: dict[int, list[str]], user_names: list[str]) -> list[Match]:
+    """A cosine ranking in the service's tiers (what each learnware can answer), cosine within."""
+    candidates = [Candidate(m.id, m.score, tuple(names_of[m.id])) for m in ranking]
+    return [Match(c.id, c.score) for c in by_tier(candidates, user_names)]
+
+
+def _name_similarity(space: SpecSpace) -> Any:
+    """Cosine of two label sets' embeddings by the frozen base, as the service's shot check uses."""
+
+    def similarity(user_names: list[str], model_names: list[str]) -> np.ndarray:
+        with space.lock:
+            user = space.head(tuple(user_names)).embeddings
+            model = space.head(tuple(model_names)).embeddings
+        return (user @ model.T).numpy()
+
+    return similarity
 
 
 class Market:
@@ -251,12 +247,13 @@ class Market:
         from app.ml.packages import extract_package
 
         jobs = [
-            (name, FAMILIES[i % len(FAMILIES)], corrupted)
+            (name, FAMILIES[i % len(FAMILIES)], variant)
             for i, name in enumerate(self.tasks)
-            for corrupted in (False, True)
+            # Graded learnwares where they are cheap to train (not the LoRA family).
+            for variant in (VARIANTS if FAMILIES[i % len(FAMILIES)] != "lora" else VARIANTS[:2])
         ]
-        for name, family, corrupted in tqdm(jobs, desc="market: learnwares"):
-            zip_path = self._package(name, family, corrupted)
+        for name, family, variant in tqdm(jobs, desc="market: learnwares"):
+            zip_path = self._package(name, family, variant)
             dest = self.cache.path("extracted", zip_path.stem)
             shutil.rmtree(dest, ignore_errors=True)
             package = extract_package(zip_path, dest)
@@ -266,7 +263,7 @@ class Market:
                     id=len(self.learnwares),
                     task=name,
                     family=family,
-                    corrupted=corrupted,
+                    variant=variant,
                     package_dir=dest,
                     label_names=list(package.manifest.label_names),
                     inputs=list(package.inputs)[: self.profile.spec_inputs],
@@ -274,36 +271,39 @@ class Market:
                 )
             )
 
-    def _package(self, name: str, family: str, corrupted: bool) -> Path:
-        from app.bench import builders
-
-        path = self.cache.path("packages", f"{name}-{family}-{'corrupted' if corrupted else 'good'}.zip")
-        if path.is_file():
-            return path
+    def _training_set(self, name: str, variant: str) -> TextTask:
+        """The capped train split, as the variant sees it (labels drawn uniformly at random for a
+        share of the examples: unlike a flipped label, a random one carries no inverted signal)."""
         train = self.tasks[name]
         if len(train) > self.profile.train_cap:
             train = train.subset(
                 np.random.default_rng(0).choice(len(train), self.profile.train_cap, replace=False)
             )
-        corrupt = 0.8 if corrupted else 0.0
+        rng = np.random.default_rng([0, 1009])
+        if variant == "small":
+            return train.subset(np.sort(rng.choice(len(train), max(40, len(train) // 20), replace=False)))
+        share = {"corrupted": 0.95, "noisy": 0.4}.get(variant, 0.0)
+        labels = train.labels.copy()
+        drawn = rng.random(len(labels)) < share
+        labels[drawn] = rng.integers(0, len(train.label_names), size=int(drawn.sum()))
+        return TextTask(train.name, train.split, train.texts, labels, train.label_names)
+
+    def _package(self, name: str, family: str, variant: str) -> Path:
+        from app.bench import builders
+
+        path = self.cache.path("packages", f"{name}-{family}-{VARIANT_FILES[variant]}.zip")
+        if path.is_file():
+            return path
+        train = self._training_set(name, variant)
         tmp = path.with_suffix(".tmp.zip")
         if family == "lora":
             builders.train_lora_learnware(
-                train,
-                tmp,
-                steps=self.profile.lora_steps,
-                seed=0,
-                corrupt=corrupt,
-                n_inputs=self.profile.spec_inputs,
+                train, tmp, steps=self.profile.lora_steps, seed=0, n_inputs=self.profile.spec_inputs
             )
         elif family == "linear":
-            builders.train_linear_head_learnware(
-                train, tmp, seed=0, corrupt=corrupt, n_inputs=self.profile.spec_inputs
-            )
+            builders.train_linear_head_learnware(train, tmp, seed=0, n_inputs=self.profile.spec_inputs)
         else:
-            builders.train_tfidf_onnx_learnware(
-                train, tmp, seed=0, corrupt=corrupt, n_inputs=self.profile.spec_inputs
-            )
+            builders.train_tfidf_onnx_learnware(train, tmp, seed=0, n_inputs=self.profile.spec_inputs)
         tmp.replace(path)
         return path
 
@@ -314,35 +314,44 @@ class Market:
             self._runners[lw.id] = load_runner(self._packages[lw.id])
         return self._runners[lw.id]
 
+    def predict(self, lw: Learnware, texts: list[str]) -> Predictions:
+        return self.runner(lw).predict(texts)
+
+    def test_predictions(self, lw: Learnware, task: str) -> Predictions:
+        """``lw``'s answers (its own class ids) and probabilities on ``task``'s capped test split."""
+        stem = f"test-{lw.key}-on-{task}-{self.profile.test_cap}"
+        once: list[Predictions] = []
+
+        def run() -> Predictions:
+            if not once:
+                once.append(self.predict(lw, self.tests[task].texts))
+            return once[0]
+
+        labels = self.cache.array(f"{stem}-labels", lambda: run().labels)
+        probs = self.cache.array(
+            f"{stem}-probs", lambda: p if (p := run().probs) is not None else np.zeros(0, np.float32)
+        )
+        return Predictions(labels.astype(np.int64), probs if probs.size else None)
+
     def accuracy(self, lw: Learnware, task: str) -> float:
-        """Test accuracy of ``lw`` on ``task`` (0 when it cannot give the task's labels)."""
+        """Test accuracy of ``lw`` on ``task`` (0 when it cannot give the task's labels by name)."""
         test = self.tests[task]
-        mapping = _label_map(lw.label_names, test.label_names)
-        if mapping is None:
+        label_map = map_by_name(test.label_names, lw.label_names)
+        if label_map is None or len(lw.label_names) != len(test.label_names):
             return 0.0
+        predicted = self.test_predictions(lw, task)
+        answered, _ = answers(predicted.labels, predicted.probs, label_map)
+        return float(np.mean(answered == test.labels))
 
-        def compute() -> float:
-            predicted = self.runner(lw).predict(test.texts).labels
-            return float(np.mean(mapping[predicted] == test.labels))
-
-        return self.cache.number(f"acc-{lw.key}-on-{task}-{self.profile.test_cap}", compute)
-
-    def shot_score(self, lw: Learnware, shots: TextTask, mapped: bool) -> ShotScore | None:
-        """Score on a user's examples: labels matched by name, or (`mapped`) by the best
-        one-to-one map on the examples; None when neither applies."""
-        mapping = _label_map(lw.label_names, shots.label_names)
-        if mapping is None and not (mapped and len(lw.label_names) == len(shots.label_names)):
-            return None
-        predicted = self.runner(lw).predict(shots.texts)
-        if mapping is None:
-            mapping, _ = best_label_map(predicted.labels, shots.labels, len(shots.label_names))
-        return shot_score(predicted.labels, predicted.probs, shots.labels, mapping)
-
-    def shot_scores(self, ranking: list[Match], shots: TextTask) -> dict[int, ShotScore | None]:
-        """The scores the service's shot check gives the head of a label-tier ranking."""
-        names = {lw.id: lw.label_names for lw in self.learnwares}
-        ids, mapped = shot_candidates(ranking, names, shots.label_names, SHOT_CHECK_K)
-        return {i: self.shot_score(self.learnwares[i], shots, mapped) for i in ids}
+    def best_map_accuracy(self, lw: Learnware) -> float:
+        """Test accuracy on its own task under the best one-to-one label map in hindsight: a
+        corrupted twin must be bad under every map (not an inverted classifier)."""
+        test = self.tests[lw.task]
+        predicted = self.test_predictions(lw, lw.task)
+        n = len(test.label_names)
+        best = map_by_examples(predicted.labels, None, test.labels, n, len(lw.label_names))
+        answered, _ = answers(predicted.labels, None, best)
+        return float(np.mean(answered == test.labels))
 
     def predictions(self, lw: Learnware) -> np.ndarray:
         """The learnware's probabilities (or labels) on its declared inputs: its h(x)."""
@@ -388,23 +397,21 @@ def _user_metrics(market: Market, task: str, ranking: list[Match]) -> dict[str, 
     """Metrics of one ranking, read in its order. Ties are broken at random (in expectation):
     identical specs, as RKME or PAVE♣ give a learnware and its corrupted twin, earn no quality by
     id order."""
-    own = {lw.corrupted: lw.id for lw in market.learnwares if lw.task == task}
+    own = {lw.variant: lw.id for lw in market.learnwares if lw.task == task}
     position = {m.id: i for i, m in enumerate(ranking)}
     _, top_size = _tie_block(ranking, 0)
     tied = [m.id for m in ranking[:top_size]]
     test_names = market.tests[task].label_names
     serving = [
-        market.accuracy(lw, task)
-        for lw in market.learnwares
-        if _label_map(lw.label_names, test_names) is not None
+        market.accuracy(lw, task) for lw in market.learnwares if sorted(lw.label_names) == sorted(test_names)
     ]
     oracle = max(serving)
     top_accs = [market.accuracy(market.learnwares[i], task) for i in tied]
-    good_start, good_size = _tie_block(ranking, position[own[False]])
-    good, bad = position[own[False]], position[own[True]]
+    good_start, good_size = _tie_block(ranking, position[own["good"]])
+    good, bad = position[own["good"]], position[own["corrupted"]]
     twins_tied = good_start <= bad < good_start + good_size
     return {
-        "hit_at1": (1.0 / len(tied)) if own[False] in tied else 0.0,
+        "hit_at1": (1.0 / len(tied)) if own["good"] in tied else 0.0,
         "hit_at5": float(min(1.0, max(0.0, (5 - good_start) / good_size))),
         "quality_filter": 0.5 if twins_tied else (1.0 if good < bad else 0.0),
         "oracle_agreement_at1": float(np.mean([a >= oracle - 0.01 for a in top_accs])),
@@ -425,7 +432,13 @@ def _users(market: Market, seeds: tuple[int, ...]) -> Iterator[tuple[str, int, T
 
 
 def run_identification_benchmark(
-    profile_name: str, out: Path, datasets: Path, cache_dir: Path
+    profile_name: str,
+    out: Path,
+    datasets: Path,
+    cache_dir: Path,
+    *,
+    head: str | None = None,
+    extras: bool = True,
 ) -> dict[str, Any]:
     """Run the benchmark, write ``out`` (JSON), ``out.md`` and ``out.png``; return the results."""
     if profile_name not in PROFILES:
@@ -433,7 +446,7 @@ def run_identification_benchmark(
     profile = PROFILES[profile_name]
     started = time.perf_counter()
     space = load_space()
-    default = space.config.recipe
+    default = replace(space.config.recipe, head=head) if head else space.config.recipe
     cache = Cache(cache_dir / profile.name)
     market = Market(profile, datasets, cache, space)
     market.build()
@@ -458,33 +471,18 @@ def run_identification_benchmark(
     names_of = {lw.id: lw.label_names for lw in lws}
     spec_seconds: list[float] = []
     search_seconds: list[float] = []
-    for task, seed, shots in tqdm(list(_users(market, profile.seeds)), desc="users: identify"):
+    for task, seed, shots in tqdm(list(_users(market, profile.seeds)), desc="users: cosine rankings"):
         t0 = time.perf_counter()
-        user = fit_pave_spec(space, shots.texts, shots.labels, shots.label_names, kind="task")
+        user = fit_pave_spec(space, shots.texts, shots.labels, shots.label_names, kind="task", recipe=default)
         spec_seconds.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         pave_ranking = rank_specs(user.vector, pave_specs)
         search_seconds.append(time.perf_counter() - t0)
-        renamed_names = [RENAMED_LABELS.get(n, f"{n} class") for n in shots.label_names]
-        renamed = fit_pave_spec(space, shots.texts, shots.labels, renamed_names, kind="task")
-        tiered = label_compatible_first(pave_ranking, names_of, shots.label_names)
-        renamed_shots = replace(shots, label_names=renamed_names)
-        renamed_tiered = label_compatible_first(
-            rank_specs(renamed.vector, pave_specs), names_of, renamed_names
-        )
-        on_shots = market.shot_scores(tiered, shots)
         rankings = {
             "pave": pave_ranking,
-            "pave_labels": tiered,
-            "pave_shots": shot_checked(tiered, on_shots),
-            "pave_shots_accuracy": shot_checked(tiered, _accuracy_only(on_shots)),
+            "pave_labels": _tiered(pave_ranking, names_of, shots.label_names),
             "pave_club": rank_specs(user.vector, club_specs),
             "rkme": rkme_rank(shots.texts),
-            "pave_renamed": rank_specs(renamed.vector, pave_specs),
-            "pave_renamed_labels": renamed_tiered,
-            "pave_renamed_shots": shot_checked(
-                renamed_tiered, market.shot_scores(renamed_tiered, renamed_shots)
-            ),
         }
         row: dict[str, Any] = {"task": task, "seed": seed, "shots": len(shots)}
         for method, ranking in rankings.items():
@@ -493,8 +491,37 @@ def run_identification_benchmark(
             row[method] = {**metrics, "top1": lws[ranking[0].id].key}
         per_user.append(row)
 
-    curve = _steps_curve(market, profile, default, pave_specs, names_of)
-    beyond = _beyond(market, profile, pave_specs, rkme_rank)
+    similarity = _name_similarity(space)
+    kind_rows: list[tuple[kinds.User, dict[str, float]]] = []
+    kind_users: list[dict[str, Any]] = []
+    for user in tqdm(list(kinds.users(market, profile.seeds)), desc="users: as the service ranks"):
+        shots = user.shots
+        vector = fit_pave_spec(
+            space, shots.texts, shots.labels, shots.label_names, kind="task", recipe=default
+        ).vector
+        ranked = kinds.service_ranking(market, user, vector, pave_specs, similarity)
+        metrics = kinds.measure(market, user, ranked)
+        kind_rows.append((user, metrics))
+        top = ranked[0]
+        kind_users.append(
+            {
+                "kind": user.kind,
+                "task": user.task,
+                "seed": user.seed,
+                "label_names": list(shots.label_names),
+                "top1": lws[top.id].key,
+                "top1_label_map": None
+                if top.label_map is None
+                else top.label_map.names(shots.label_names, lws[top.id].label_names),
+                "top1_label_map_how": None if top.label_map is None else top.label_map.how,
+                "top1_reason": top.reason(len(shots)),
+                **metrics,
+            }
+        )
+    by_kind = kinds.summarise(kind_rows)
+
+    curve = _steps_curve(market, profile, default, pave_specs, names_of) if extras else []
+    beyond = _beyond(market, profile, default, pave_specs, rkme_rank) if extras else {}
 
     summary: dict[str, Any] = {}
     for method, results in by_method.items():
@@ -515,16 +542,27 @@ def run_identification_benchmark(
     )
     result: dict[str, Any] = {
         "benchmark": "identification",
+        "kinds": by_kind,
+        "kind_users": kind_users,
         "profile": asdict(profile),
         "machine": machine(),
         "space_id": space.id,
-        "command": f"pavedock bench identify --profile {profile.name} --out {out}",
+        "command": f"pavedock bench identify --profile {profile.name} --out {out}"
+        + (f" --head {head}" if head else "")
+        + ("" if extras else " --no-extras"),
         "summary": summary,
         **{k: summary[k] for k in summary},
         "beyond": beyond,
         "steps_curve": curve,
         "learnwares": [
-            {"key": lw.key, "family": lw.family, "format": lw.model_format, "test_accuracy": own_acc[lw.key]}
+            {
+                "key": lw.key,
+                "family": lw.family,
+                "variant": lw.variant,
+                "format": lw.model_format,
+                "test_accuracy": own_acc[lw.key],
+                "best_map_test_accuracy": market.best_map_accuracy(lw),
+            }
             for lw in lws
         ],
         "per_task": _per_task(per_user),
@@ -533,7 +571,8 @@ def run_identification_benchmark(
     }
     write_json(out, result)
     out.with_suffix(".md").write_text(render_markdown(result))
-    _plot_curve(curve, out.with_suffix(".png"))
+    if curve:
+        _plot_curve(curve, out.with_suffix(".png"))
     return result
 
 
@@ -572,7 +611,7 @@ def _steps_curve(
     by cosine alone and with the label tiers the service applies (`labels_*` keys)."""
     recipes = [("balanced-1grad (default)" if default.steps == 0 else "default", default)]
     recipes += [
-        (label, FitRecipe(steps=steps, balanced=balanced)) for label, steps, balanced in profile.curve
+        (label, replace(default, steps=steps, balanced=balanced)) for label, steps, balanced in profile.curve
     ]
     points = []
     for label, recipe in recipes:
@@ -593,9 +632,7 @@ def _steps_curve(
             seconds.append(time.perf_counter() - t0)
             ranking = rank_specs(user.vector, specs)
             metrics.append(_user_metrics(market, task, ranking))
-            tiered.append(
-                _user_metrics(market, task, label_compatible_first(ranking, names_of, shots.label_names))
-            )
+            tiered.append(_user_metrics(market, task, _tiered(ranking, names_of, shots.label_names)))
         points.append(
             {
                 "recipe": label,
@@ -610,7 +647,11 @@ def _steps_curve(
 
 
 def _beyond(
-    market: Market, profile: BenchProfile, pave_specs: dict[int, np.ndarray], rkme_rank: Any
+    market: Market,
+    profile: BenchProfile,
+    recipe: FitRecipe,
+    pave_specs: dict[int, np.ndarray],
+    rkme_rank: Any,
 ) -> dict[str, Any]:
     """Table-1-style reuse beyond the original purpose, over the LoRA learnwares."""
     from app.ml.finetune import LoraClassifier, accuracy
@@ -638,8 +679,8 @@ def _beyond(
     def shot_zero_shot(lw: Learnware, shots: TextTask) -> ShotScore:
         model = LoraClassifier.load(base, lw.package_dir / "adapter")
         probs = model.predict_proba(shots.texts, shots.label_names)
-        identity = np.arange(len(shots.label_names))
-        return shot_score(probs.argmax(axis=1), probs, shots.labels, identity)
+        n = len(shots.label_names)
+        return shot_score(probs.argmax(axis=1), probs, shots.labels, LabelMap(tuple(range(n)), "names", n))
 
     def finetuned(lw: Learnware | None, task: str, shots: TextTask, seed: int) -> float:
         test = test_set(task)
@@ -666,13 +707,14 @@ def _beyond(
         if not candidates:
             continue
         ids = {lw.id for lw in candidates}
-        user = fit_pave_spec(space, shots.texts, shots.labels, shots.label_names, kind="task")
+        user = fit_pave_spec(space, shots.texts, shots.labels, shots.label_names, kind="task", recipe=recipe)
         pave_ranking = rank_specs(user.vector, {i: pave_specs[i] for i in ids})
         pave_top = market.learnwares[pave_ranking[0].id]
         # The shot check on adapters: their label-name heads answer any label set, so each of the
         # top few is scored zero-shot on the user's own examples before one is fine-tuned.
         on_shots = {m.id: shot_zero_shot(market.learnwares[m.id], shots) for m in pave_ranking[:SHOT_CHECK_K]}
-        checked_top = market.learnwares[shot_checked(pave_ranking, on_shots)[0].id]
+        best = max(on_shots.values())
+        checked_top = market.learnwares[next(i for i, score in on_shots.items() if score == best)]
         rkme_top = market.learnwares[rkme_rank(shots.texts, ids)[0].id]
         zs = {lw.id: zero_shot(lw, task) for lw in candidates}
         oracle = market.learnwares[max(zs, key=lambda i: zs[i])]
@@ -731,6 +773,14 @@ def _per_task(per_user: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return tasks
 
 
+def _pm(values: dict[str, float], key: str) -> str:
+    mean = values.get(key, float("nan"))
+    if mean != mean:  # NaN: the measure does not apply to this kind
+        return "–"
+    spread = values.get(f"{key}_spread")
+    return f"{mean:.3f}" if spread is None else f"{mean:.3f} ± {spread:.3f}"
+
+
 def render_markdown(result: dict[str, Any]) -> str:
     s = result["summary"]
     lines = [
@@ -741,7 +791,36 @@ def render_markdown(result: dict[str, Any]) -> str:
         f"GPU: {result['machine']['gpu'] or 'none'}; torch {result['machine']['torch']}  ",
         f"Date: {result['machine']['date']}; total {result['seconds_total'] / 60:.1f} min; space `{result['space_id']}`",
         "",
-        "## Identification (mean over tasks and seeds)",
+        "## As the service ranks, by kind of user task",
+        "",
+        "Tiers by what a learnware can answer, then the spec's cosine, the top "
+        f"{SHOT_CHECK_K} distinct candidates checked on the user's examples (not for spec-only users) "
+        "under the label map the dock chooses. Mean over users; ± the standard deviation of the "
+        "per-seed means over the user seeds; the headline is the mean over kinds.",
+        "",
+        md_table(
+            [
+                "kind of user task",
+                "users",
+                "oracle agreement@1",
+                "normalised accuracy",
+                "quality filter",
+                "hit@1",
+            ],
+            [
+                [
+                    kind,
+                    int(v["users"]),
+                    _pm(v, "oracle_agreement_at1"),
+                    _pm(v, "normalized_accuracy"),
+                    _pm(v, "quality_filter"),
+                    _pm(v, "hit_at1"),
+                ]
+                for kind, v in result["kinds"].items()
+            ],
+        ),
+        "",
+        "## Cosine rankings (users who name the classes as the learnwares do; mean over tasks and seeds)",
         "",
         md_table(
             ["method", "oracle agreement@1", "normalised accuracy", "quality filter", "hit@1", "hit@5"],
@@ -809,8 +888,11 @@ def render_markdown(result: dict[str, Any]) -> str:
         "## Learnwares (own test accuracy)",
         "",
         md_table(
-            ["learnware", "format", "test accuracy"],
-            [[lw["key"], lw["format"], lw["test_accuracy"]] for lw in result["learnwares"]],
+            ["learnware", "format", "test accuracy", "under its best label map"],
+            [
+                [lw["key"], lw["format"], lw["test_accuracy"], lw["best_map_test_accuracy"]]
+                for lw in result["learnwares"]
+            ],
         ),
         "",
         "## Per task (PAVE)",

@@ -33,12 +33,25 @@ def register(app: typer.Typer) -> None:
 
 @bench_app.command("identify")
 def bench_identify(
-    out: Out, profile: Profile = "quick", datasets: Datasets = None, cache: Cache = None
+    out: Out,
+    profile: Profile = "quick",
+    datasets: Datasets = None,
+    cache: Cache = None,
+    head: Annotated[
+        str | None,
+        typer.Option(help="the spec's class vectors: label-names or prototypes (default: the space's)"),
+    ] = None,
+    extras: Annotated[
+        bool, typer.Option("--extras/--no-extras", help="also the steps curve and the beyond comparison")
+    ] = True,
 ) -> None:
-    """The identification benchmark of BENCHMARK.md (PAVE, PAVE♣, RKME; beyond; cost; steps curve)."""
+    """The identification benchmark of BENCHMARK.md (kinds of user task as the service ranks; PAVE,
+    PAVE♣, RKME; beyond; cost; steps curve)."""
     from app.bench.identification import run_identification_benchmark
 
-    result = run_identification_benchmark(profile, out, datasets_dir(datasets), cache_dir(cache, "identify"))
+    result = run_identification_benchmark(
+        profile, out, datasets_dir(datasets), cache_dir(cache, "identify"), head=head, extras=extras
+    )
     typer.echo(json.dumps(result["summary"], indent=2))
 
 

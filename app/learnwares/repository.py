@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 from sqlalchemy import ColumnElement, func, or_, select
 from sqlalchemy.orm import Session
 
-from app.db.models import ApiKey, Job, JobState, Learnware, LearnwareStatus, Role
+from app.db.models import ApiKey, Job, JobState, Learnware, LearnwareStatus, Role, Spec
+from app.index.registry import vector_from_bytes
 
 
 def get(session: Session, learnware_id: int) -> Learnware | None:
@@ -37,6 +39,18 @@ def ready_by_ids(session: Session, ids: Sequence[int]) -> dict[int, Learnware]:
     return {r.id: r for r in rows}
 
 
+def spec_vectors(session: Session, learnware_ids: Sequence[int]) -> dict[int, np.ndarray]:
+    """The current spec vector of each of these learnwares that has one."""
+    if not learnware_ids:
+        return {}
+    rows = session.execute(
+        select(Learnware.id, Spec.vector, Spec.dim)
+        .join(Spec, Spec.id == Learnware.spec_id)
+        .where(Learnware.id.in_(list(learnware_ids)))
+    ).all()
+    return {int(i): vector_from_bytes(blob, int(dim)) for i, blob, dim in rows}
+
+
 def duplicate_of(session: Session, owner_id: int, package_sha256: str) -> Learnware | None:
     return session.scalar(
         select(Learnware).where(
@@ -46,6 +60,23 @@ def duplicate_of(session: Session, owner_id: int, package_sha256: str) -> Learnw
                 (LearnwareStatus.deleted, LearnwareStatus.rejected, LearnwareStatus.failed)
             ),
         )
+    )
+
+
+def same_weights(session: Session, weights_sha256: str) -> Learnware | None:
+    """The first live public learnware with these weights: a public submission of them again,
+    from anyone, under any name, would be a copy of it in the market."""
+    return session.scalar(
+        select(Learnware)
+        .where(
+            Learnware.weights_sha256 == weights_sha256,
+            Learnware.private.is_(False),
+            Learnware.status.not_in(
+                (LearnwareStatus.deleted, LearnwareStatus.rejected, LearnwareStatus.failed)
+            ),
+        )
+        .order_by(Learnware.id)
+        .limit(1)
     )
 
 

@@ -32,7 +32,7 @@ from safetensors.numpy import load_file, save_file
 
 from app.ml.encoders import check_texts, mean_pool, token_batches
 from app.ml.errors import IncompatibleSpec, InvalidInput
-from app.ml.head import check_label_names
+from app.ml.head import LabelNameHead, check_label_names
 from app.ml.progress import Progress
 from app.ml.safetensors_header import read_safetensors_header
 from app.ml.spec_space import FitRecipe, SpecSpace, check_vector
@@ -138,8 +138,12 @@ def fit_pave_spec(
     soft, hard = _check_targets(targets, len(texts), len(names))
     started = time.perf_counter()
     with space.lock:
-        head = space.head(tuple(names))
         space.reset()
+        head = (
+            _prototype_head(space, texts, soft, names, recipe)
+            if recipe.head == "prototypes"
+            else space.head(tuple(names))
+        )
         torch.manual_seed(recipe.seed)
         if recipe.steps == 0:
             _one_gradient(space, texts, soft, hard, head.logits, recipe, progress)
@@ -160,6 +164,29 @@ def fit_pave_spec(
         "seconds": round(time.perf_counter() - started, 4),
     }
     return PaveSpec(space_id=space.id, vector=vector, kind=kind, meta=meta)
+
+
+def _prototype_head(
+    space: SpecSpace, texts: list[str], soft: torch.Tensor, names: list[str], recipe: FitRecipe
+) -> LabelNameHead:
+    """Class vectors from the data: each class's target-weighted mean of unit base features.
+
+    B is zero here, so the LoRA model is the frozen base. Renaming or reordering the classes
+    permutes the prototypes with the targets and leaves the spec unchanged.
+    """
+    device = space.encoder.device
+    features = torch.empty(len(texts), space.encoder.hidden_size)
+    with torch.no_grad():
+        for batch in token_batches(
+            space.encoder.tokenizer,
+            texts,
+            batch_size=max(recipe.batch_size, 64),
+            max_tokens=recipe.max_tokens,
+            device=device,
+        ):
+            features[batch.indices] = F.normalize(_features(space, batch.inputs), dim=-1).cpu()
+    weights = soft / soft.sum(dim=0, keepdim=True).clamp(min=1e-12)
+    return LabelNameHead(weights.T @ features, space.config.temperature, names)
 
 
 def _features(space: SpecSpace, inputs: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -23,6 +23,8 @@ from app.ml.encoders import Encoder, load_encoder, lora_targets
 from app.ml.errors import IncompatibleSpec, InvalidInput
 from app.ml.head import LabelNameHead
 
+HEADS = ("label-names", "prototypes")
+
 
 @dataclass(frozen=True)
 class FitRecipe:
@@ -36,10 +38,16 @@ class FitRecipe:
     seed: int = 0
     balanced: bool = True
     """Weight examples by 1/(count of their target class); for steps=0 also use (u − y) and sign."""
+    head: str = "label-names"
+    """The class vectors the spec is fitted through: ``label-names`` (the frozen embeddings of the
+    class names) or ``prototypes`` (the mean frozen-base embedding of each class's examples under
+    the targets, so the spec does not depend on what the classes are called)."""
 
     def __post_init__(self) -> None:
         if self.steps < 0:
             raise InvalidInput(f"steps must be >= 0, got {self.steps}")
+        if self.head not in HEADS:
+            raise InvalidInput(f"head must be one of {HEADS}, got {self.head!r}")
         if self.batch_size < 1 or self.max_tokens < 8:
             raise InvalidInput(f"bad batch_size {self.batch_size} or max_tokens {self.max_tokens}")
 

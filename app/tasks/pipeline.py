@@ -15,8 +15,9 @@ from app.index.registry import vector_from_bytes
 from app.jobs import service as jobs
 from app.jobs.runner import JobContext
 from app.learnwares.service import spec_row
-from app.tasks.service import rank
-from app.tasks.shot_check import shot_results, with_shot_check
+from app.ml.ranking import rank_for_task
+from app.tasks.service import find_candidates, present, rank
+from app.tasks.shot_check import shot_check
 
 
 def _task(session: Session, ctx: JobContext) -> UserTask:
@@ -56,11 +57,13 @@ def fit_and_identify(ctx: JobContext) -> None:
     with ctx.runtime.db.session() as session:
         task = _task(session, ctx)
         top_k = task.top_k
-        results, version = rank(session, ctx.runtime, space_id, spec.vector, max(top_k, check), label_names)
-    if check > 0 and results:
-        checked = shot_results(ctx, results, texts, labels, label_names, check)
-        results = with_shot_check(results, checked, check)
-        ctx.log(f"shot check: {sum(c is not None for c in checked.values())} matches run on the examples")
+        candidates, version = find_candidates(
+            session, ctx.runtime, space_id, spec.vector, max(top_k, check), label_names
+        )
+    maps, shots = shot_check(ctx, space, candidates, texts, labels, label_names, check) if check else ({}, {})
+    if check:
+        ctx.log(f"shot check: {len(shots)} matches run on the examples")
+    ranked = rank_for_task(candidates, label_names, maps=maps, shots=shots)
     with ctx.runtime.db.session() as session:
         task = _task(session, ctx)
         row = spec_row(space_id, spec.vector, kind=SpecKind.task, source=SpecSource.computed, meta=spec.meta)
@@ -69,7 +72,7 @@ def fit_and_identify(ctx: JobContext) -> None:
         task.spec_id = row.id
         if not ctx.runtime.settings.keep_task_examples:
             task.examples = None
-        _finish(ctx, session, task, results[:top_k], version)
+        _finish(ctx, session, task, present(session, ranked[:top_k], label_names, len(texts)), version)
 
 
 def identify(ctx: JobContext) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -28,6 +29,15 @@ class TaskCreate(BaseModel):
 
 
 class MatchRead(BaseModel):
+    """One ranked learnware and why it is where it is.
+
+    Order of a task's matches: those the shot check ran on the task's examples and that did
+    better than chance, by `shot_accuracy` then `shot_confidence`; then the unchecked ones by
+    `tier` (labels-by-name, then label-map), each tier by `score`; then checked ones that did no
+    better than chance; then those that cannot answer (`tier` cannot-answer). `score` is the spec
+    cosine alone, so it is not in rank order; `reason` says in one line what placed each match.
+    """
+
     rank: int
     learnware_id: int
     score: float = Field(description="cosine similarity of the learnware's spec and the task's spec")
@@ -35,13 +45,35 @@ class MatchRead(BaseModel):
     task_type: str
     model_format: str
     label_names: list[str]
-    labels_match: bool = Field(
-        default=False, description="its label set is the task's (such learnwares are ranked first)"
+    labels_match: bool = Field(default=False, description="its label set is exactly the task's")
+    tier: Literal["labels-by-name", "label-map", "cannot-answer"] | None = Field(
+        default=None,
+        description="what it can answer of the task's labels: all of them by name (it may have "
+        "more classes: its answers are then restricted to the task's), perhaps through a label map "
+        "(as many classes or more, other names), or nothing (fewer classes); None for a spec ranked "
+        "without label names",
     )
+    label_map: dict[str, str] | None = Field(
+        default=None,
+        description="its labels → the task's labels, as its answers are to be read (only the "
+        "learnware's labels that answer one of the task's appear)",
+    )
+    label_map_how: Literal["names", "meaning", "examples"] | None = Field(
+        default=None,
+        description="how the label map was chosen: equal names; the meaning of the names (their "
+        "embeddings agree on one map by a clear margin); or the task's examples, where the names "
+        "are codes or do not decide it",
+    )
+    restricted: bool = Field(
+        default=False,
+        description="it has classes the task does not: keep only the mapped classes of its output "
+        "(the most probable among them is its answer)",
+    )
+    checked: bool = Field(default=False, description="the shot check ran it on the task's examples")
     shot_accuracy: float | None = Field(
         default=None,
-        description="its accuracy on the task's own examples, where the shot check ran it (the "
-        "checked matches are ranked by it); None where it was not run",
+        description="its accuracy on the task's own examples under `label_map`, where the shot check "
+        "ran it; None where it was not run",
     )
     shot_confidence: float | None = Field(
         default=None,
@@ -49,11 +81,12 @@ class MatchRead(BaseModel):
         "accuracy where the model gives no probabilities): orders checked matches of equal "
         "`shot_accuracy`; None where the shot check did not run it",
     )
-    label_map: dict[str, str] | None = Field(
+    spec_recomputed: bool | None = Field(
         default=None,
-        description="when its label names are not the task's: the map of its labels onto the "
-        "task's that fits the task's examples best (the shot check's accuracy is under this map)",
+        description="its spec was fitted by the dock to the model's own predictions (true) or is "
+        "the developer's uploaded spec, checked for its space, shape and values only (false)",
     )
+    reason: str = Field(default="", description="why it ranks where it does, in one line")
     tags: list[str]
 
 

@@ -17,8 +17,16 @@ from app.learnwares import repository as learnwares
 from app.learnwares.service import spec_row
 from app.ml.encoders import check_texts
 from app.ml.head import check_label_names, class_ids
-from app.ml.identify import label_compatible_first
 from app.ml.pave import read_spec_file
+from app.ml.ranking import (
+    Candidate,
+    Ranked,
+    as_ranked,
+    by_tier,
+    normalise_label,
+    originals_first,
+    rank_for_task,
+)
 from app.runtime import Runtime
 from app.spec_spaces import service as spaces
 from app.tasks import repository
@@ -109,29 +117,40 @@ def get_owned(session: Session, key: ApiKey, task_id: int) -> UserTask:
     return task
 
 
-def rank(
+def find_candidates(
     session: Session,
     runtime: Runtime,
     space_id: str,
     vector: np.ndarray,
     k: int,
     label_names: Sequence[str] = (),
-) -> tuple[list[dict[str, Any]], int]:
-    """The top-``k`` ready learnwares for a spec, best first, and the index version searched.
-
-    With the task's ``label_names``, learnwares of that label set come first (each part in cosine
-    order; searched among the top 4k): one of another label set cannot answer the task as it is.
-    """
+) -> tuple[list[Candidate], int]:
+    """Ready learnwares near a spec and the index version searched: with the task's
+    ``label_names`` searched among the top 4k, ordered by what they can answer (`by_tier`) with
+    copies of one spec behind their original (`originals_first`); without them in cosine order."""
     found, version = runtime.indexes.search(space_id, vector, 4 * k if label_names else k)
     rows = learnwares.ready_by_ids(session, [m.id for m in found])
-    found = [m for m in found if m.id in rows]  # deleted after the index was last synced
-    if label_names:
-        names = {m.id: list(rows[m.id].label_names) for m in found}
-        found = label_compatible_first(found, names, label_names)
-    wanted = {n.strip().casefold() for n in label_names}
+    # A learnware deleted after the index was last synced is dropped here.
+    candidates = [Candidate(m.id, m.score, tuple(rows[m.id].label_names)) for m in found if m.id in rows]
+    if not label_names:
+        return candidates, version
+    vectors = learnwares.spec_vectors(session, [c.id for c in candidates])
+    return originals_first(by_tier(candidates, label_names), label_names, vectors), version
+
+
+def present(
+    session: Session, ranked: Sequence[Ranked], label_names: Sequence[str], n_examples: int = 0
+) -> list[dict[str, Any]]:
+    """The matches as the API returns them (`MatchRead`), each with why it is where it is."""
+    rows = learnwares.ready_by_ids(session, [r.id for r in ranked])
+    wanted = {normalise_label(n) for n in label_names}
     results: list[dict[str, Any]] = []
-    for match in found[:k]:
-        learnware = rows[match.id]
+    for match in ranked:
+        learnware = rows.get(match.id)
+        if learnware is None:  # deleted while the task ran
+            continue
+        names = list(learnware.label_names)
+        label_map = match.label_map
         results.append(
             {
                 "rank": len(results) + 1,
@@ -140,13 +159,36 @@ def rank(
                 "name": learnware.name,
                 "task_type": learnware.task_type,
                 "model_format": learnware.model_format,
-                "label_names": list(learnware.label_names),
-                "labels_match": bool(wanted)
-                and {n.strip().casefold() for n in learnware.label_names} == wanted,
+                "label_names": names,
+                "labels_match": bool(wanted) and {normalise_label(n) for n in names} == wanted,
+                "tier": match.tier.slug if label_names else None,
+                "label_map": None if label_map is None else label_map.names(label_names, names),
+                "label_map_how": None if label_map is None else label_map.how,
+                "restricted": bool(label_map is not None and label_map.restricted),
+                "checked": match.checked,
+                "shot_accuracy": None if match.shot is None else match.shot.accuracy,
+                "shot_confidence": None if match.shot is None else match.shot.confidence,
+                "spec_recomputed": learnware.spec_recomputed,
+                "reason": match.reason(n_examples) if label_names else f"spec similarity {match.score:.3f}",
                 "tags": list(learnware.tags),
             }
         )
-    return results, version
+    return results
+
+
+def rank(
+    session: Session,
+    runtime: Runtime,
+    space_id: str,
+    vector: np.ndarray,
+    k: int,
+    label_names: Sequence[str] = (),
+) -> tuple[list[dict[str, Any]], int]:
+    """The top-``k`` ready learnwares for a spec (no shot check: no examples), best first, and the
+    index version searched. With the task's ``label_names``, in `rank_for_task`'s order."""
+    candidates, version = find_candidates(session, runtime, space_id, vector, k, label_names)
+    ranked = rank_for_task(candidates, label_names) if label_names else as_ranked(candidates)
+    return present(session, ranked[:k], label_names), version
 
 
 def identify_now(session: Session, runtime: Runtime, spec_file: Path, k: int) -> IdentifyResult:

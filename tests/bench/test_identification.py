@@ -20,7 +20,7 @@ def test_smoke_profile_writes_every_key_the_issue_asks_for(datasets_dir: Path, t
     result = run_identification_benchmark("smoke", out, datasets_dir, tmp_path / "cache")
     saved = json.loads(out.read_text())
     assert saved["normalized_accuracy"] == result["normalized_accuracy"]
-    assert {"pave", "pave_labels", "pave_shots", "pave_club", "rkme", "pave_renamed_shots"} <= set(METHODS)
+    assert {"pave", "pave_labels", "pave_club", "rkme"} <= set(METHODS)
     for prefix in ["" if method == "pave" else f"{method}_" for method in METHODS]:
         for key in SCORES:
             assert 0.0 <= saved[prefix + key] <= 1.0, prefix + key
@@ -31,6 +31,25 @@ def test_smoke_profile_writes_every_key_the_issue_asks_for(datasets_dir: Path, t
         assert 0.0 <= point["labels_normalized_accuracy"] <= 1.0
     # Every user's own learnware speaks its label set: the label tiers never do worse at top-1 here.
     assert saved["pave_labels_normalized_accuracy"] >= saved["normalized_accuracy"] - 1e-9
+    # Every kind of user task has its row, as the service ranks, and the mean over kinds.
+    kinds = saved["kinds"]
+    assert {"same names", "synonyms", "codes", "case and order", "french", "4 shots", "16 shots"} <= set(
+        kinds
+    )
+    assert {"spec only", "label subset", "no own learnware", "mean over kinds"} <= set(kinds)
+    for kind, row in kinds.items():
+        for key in ("oracle_agreement_at1", "normalized_accuracy", "hit_at1"):
+            assert row[key] != row[key] or 0.0 <= row[key] <= 1.0 + 1e-9, (kind, key)  # NaN: no user applies
+    assert all(u["top1_reason"] for u in saved["kind_users"])
+    variants = {lw["variant"] for lw in saved["learnwares"]}
+    assert variants == {"good", "corrupted", "noisy", "small"}
+    # A corrupted twin is bad under every label map, not an inverted classifier (the smoke
+    # profile's 4-step LoRA learnwares are barely trained either way).
+    by_key = {lw["key"]: lw for lw in saved["learnwares"]}
+    for lw in saved["learnwares"]:
+        if lw["variant"] == "corrupted" and lw["family"] != "lora":
+            good = by_key[lw["key"].rsplit("-", 1)[0] + "-good"]
+            assert lw["best_map_test_accuracy"] < good["test_accuracy"], lw["key"]
     beyond = saved["beyond"]["methods"]
     assert {
         "PAVE♦ (top-1 fine-tuned)",

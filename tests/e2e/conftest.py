@@ -248,10 +248,15 @@ class EmbeddedDock:
         return pavedock(self.env, "keys", "create", "--role", role).strip().splitlines()[-1]
 
 
-def start_embedded(processes: Processes, tmp_path: Path, data_dir: Path | None = None) -> EmbeddedDock:
+def start_embedded(
+    processes: Processes,
+    tmp_path: Path,
+    data_dir: Path | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> EmbeddedDock:
     port = free_port()
     env = {**os.environ, **TEST_ENV, "PAVEDOCK_DATA_DIR": str(data_dir or tmp_path / "var"),
-           "PAVEDOCK_DATABASE_URL": "", "PAVEDOCK_BROKER_URL": ""}  # fmt: skip
+           "PAVEDOCK_DATABASE_URL": "", "PAVEDOCK_BROKER_URL": "", **(extra_env or {})}  # fmt: skip
     args = [PYTHON, "-m", "app.cli.main", "serve", "--port", str(port)]
     serve = processes.start(Proc("serve", args, env, tmp_path / "serve.log"))
     url = f"http://127.0.0.1:{port}"

@@ -11,8 +11,8 @@ import pytest
 
 from app.client import DockClient
 from app.ml.data import few_shot, load_task
-from app.ml.identify import best_label_map
 from app.ml.packages import extract_package
+from app.ml.ranking import map_by_examples
 from app.ml.runners import load_runner
 from tests.e2e.conftest import Proc, Processes, pavedock, start_embedded, wait_ready
 
@@ -46,7 +46,9 @@ def test_serve_runs_the_dock_on_one_machine(
     # The shot check ran the trec learnware (the only one of the task's label set) on the user's
     # examples before erasing them: its accuracy there, exactly as the model gives it here.
     assert [m.labels_match for m in result.matches] == [True, False]
-    assert result.matches[1].shot_accuracy is None
+    assert [m.tier for m in result.matches] == ["labels-by-name", "cannot-answer"]
+    assert result.matches[0].checked and result.matches[1].shot_accuracy is None
+    assert "right" in result.matches[0].reason and "cannot answer" in result.matches[1].reason
     runner = load_runner(extract_package(tfidf_packages["trec"], tmp_path / "trec-package"))
     assert list(runner.label_names) == list(query.label_names)
     on_examples = runner.predict(query.texts)
@@ -56,18 +58,21 @@ def test_serve_runs_the_dock_on_one_machine(
     assert on_examples.probs is not None
     true_probs = on_examples.probs[np.arange(len(query)), query.labels]
     assert result.matches[0].shot_confidence == pytest.approx(float(np.mean(true_probs)), abs=1e-6)
-    # The same examples under the user's own label names: no learnware speaks them, so the check
-    # runs the one with as many classes (trec's) through the label map that fits them best.
-    renamed = [f"kind {i}" for i in range(len(query.label_names))]
+    # The same examples with codes for label names: no learnware speaks them and codes carry no
+    # meaning, so the check runs the one with as many classes (trec's) through the label map that
+    # fits the examples best, and says so.
+    renamed = [str(i) for i in range(len(query.label_names))]
     with DockClient(url, user) as client:
         posted = client.task(query.texts, [int(y) for y in query.labels], renamed, top_k=2)
         top = client.wait_task(posted.task_id, timeout=300).matches[0]
-    mapping, accuracy = best_label_map(predicted, query.labels, len(renamed))
-    assert top.learnware_id == ids["trec"] and top.labels_match is False
+    label_map = map_by_examples(predicted, on_examples.probs, query.labels, len(renamed), len(renamed))
+    accuracy = float(np.mean(np.asarray(label_map.model_class)[query.labels] == predicted))
+    assert top.learnware_id == ids["trec"] and top.labels_match is False and top.tier == "label-map"
     assert (
         top.shot_accuracy == pytest.approx(accuracy) and own_accuracy is not None and accuracy >= own_accuracy
     )
-    assert top.label_map == {name: renamed[int(mapping[i])] for i, name in enumerate(runner.label_names)}
+    assert top.label_map == label_map.names(renamed, list(runner.label_names))
+    assert top.label_map_how == "examples" and "your examples" in top.reason
     shots = tmp_path / "shots.jsonl"
     shots.write_text(
         "".join(

@@ -1,0 +1,320 @@
+"""Kinds of user task for the identification benchmark, and the dock's ranking as the service runs it.
+
+Each kind is its own row (BENCHMARK.md, "Identification"); the headline is the mean over kinds:
+
+- ``same names``: 8 shots per class, the classes named as the learnwares name them;
+- ``synonyms``, ``codes``, ``case and order``, ``french``: the same shots with the classes named
+  otherwise ("good" for "positive"; "0", "1"; "POSITIVE" with the label ids in another order;
+  "positif");
+- ``4 shots``, ``16 shots``: fewer or more examples per class;
+- ``label subset``: half the classes (at least two) of a task with four or more, named as the
+  learnware names them: a learnware of the whole task serves by restricting its answers;
+- ``no own learnware``: every learnware of the user's task removed, the best of the rest that
+  answers the user's labels is the oracle;
+- ``spec only``: the user uploads a locally fitted spec and keeps the examples (no shot check).
+
+A user's accuracy with a learnware is measured on the test split of their classes, through the
+label map the dock reports for it (a wrong map costs what it would cost the user); the oracle is
+the best learnware in hindsight under the map a person would accept (equal names).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from app.ml.data import TextTask, few_shot
+from app.ml.ranking import (
+    SHOT_CHECK_K,
+    Candidate,
+    LabelMap,
+    Ranked,
+    ShotScore,
+    Tier,
+    answers,
+    by_tier,
+    choose_checked,
+    choose_label_map,
+    held_out_score,
+    map_by_name,
+    originals_first,
+    rank_for_task,
+    tier_of,
+)
+
+if TYPE_CHECKING:
+    from app.ml.runners.base import Predictions
+
+
+class LearnwareView(Protocol):
+    id: int
+    task: str
+    variant: str
+    label_names: list[str]
+
+
+class Market(Protocol):
+    """What the kinds need of the benchmark's market (`app.bench.identification.Market`)."""
+
+    tasks: dict[str, TextTask]
+    tests: dict[str, TextTask]
+
+    @property
+    def learnwares(self) -> Sequence[LearnwareView]: ...
+
+    def predict(self, lw: Any, texts: list[str]) -> Predictions: ...
+
+    def test_predictions(self, lw: Any, task: str) -> Predictions: ...
+
+
+# Users who name their classes differently from the learnwares (held-back cases of BENCHMARK.md).
+SYNONYMS = {
+    "negative": "bad", "positive": "good", "neutral": "so-so", "very negative": "terrible",
+    "very positive": "excellent", "ham": "normal message", "spam": "junk message",
+    "subjective": "opinion", "objective": "fact", "world": "international", "sports": "athletics",
+    "business": "economy", "science and technology": "tech", "description": "explanation",
+    "entity": "thing", "abbreviation": "acronym", "human": "person", "location": "place",
+    "number": "quantity", "anger": "rage", "joy": "happiness", "optimism": "hope",
+    "sadness": "sorrow", "not hate": "harmless", "hate": "hateful", "non irony": "sincere",
+    "irony": "sarcasm", "not offensive": "polite", "offensive": "insulting",
+    "unacceptable": "ungrammatical", "acceptable": "grammatical", "entailment": "implied",
+    "not entailment": "not implied", "hate speech": "hateful speech",
+    "offensive language": "rude language", "neither": "normal", "none": "unrelated",
+    "against": "opposed", "favor": "supportive",
+}  # fmt: skip
+FRENCH = {
+    "negative": "négatif", "positive": "positif", "neutral": "neutre", "very negative": "très négatif",
+    "very positive": "très positif", "ham": "message normal", "spam": "pourriel",
+    "subjective": "subjectif", "objective": "objectif", "world": "monde", "sports": "sport",
+    "business": "économie", "science and technology": "sciences et technologie",
+    "description": "description", "entity": "entité", "abbreviation": "abréviation",
+    "human": "humain", "location": "lieu", "number": "nombre", "anger": "colère", "joy": "joie",
+    "optimism": "optimisme", "sadness": "tristesse", "not hate": "pas de haine", "hate": "haine",
+    "non irony": "sans ironie", "irony": "ironie", "not offensive": "pas offensant",
+    "offensive": "offensant", "unacceptable": "inacceptable", "acceptable": "acceptable",
+    "entailment": "implication", "not entailment": "pas d'implication",
+    "hate speech": "discours haineux", "offensive language": "langage offensant",
+    "neither": "aucun des deux", "none": "aucun", "against": "contre", "favor": "pour",
+}  # fmt: skip
+
+KINDS = (
+    "same names",
+    "synonyms",
+    "codes",
+    "case and order",
+    "french",
+    "4 shots",
+    "16 shots",
+    "label subset",
+    "no own learnware",
+    "spec only",
+)
+
+
+@dataclass(frozen=True)
+class User:
+    """One user task: the shots as the user names them, and how they relate to the real task."""
+
+    kind: str
+    task: str
+    seed: int
+    shots: TextTask
+    """Texts, labels in the user's ids, the user's label names."""
+    classes: tuple[int, ...]
+    """The task's label id of each user label (renamings keep the meaning, reorderings permute)."""
+    exclude: frozenset[int] = frozenset()
+    """Learnware ids the user's market does not have."""
+    spec_only: bool = False
+
+
+def _renamed(names: list[str], table: dict[str, str]) -> list[str]:
+    return [table.get(n, f"{n} class") for n in names]
+
+
+def _relabel(shots: TextTask, classes: list[int], names: list[str]) -> TextTask:
+    """Shots of the task's ``classes`` only, labels re-expressed as positions in ``classes``."""
+    position = {c: i for i, c in enumerate(classes)}
+    keep = [i for i, y in enumerate(shots.labels.tolist()) if y in position]
+    labels = np.asarray([position[int(shots.labels[i])] for i in keep], dtype=np.int64)
+    return TextTask(shots.name, shots.split, [shots.texts[i] for i in keep], labels, names)
+
+
+def users(market: Market, seeds: tuple[int, ...], kinds: tuple[str, ...] = KINDS) -> Iterator[User]:
+    """Every user of every kind, task and seed (kinds that do not apply to a task are skipped)."""
+    for task_name, train in market.tasks.items():
+        names = list(train.label_names)
+        every = list(range(len(names)))
+        own = frozenset(lw.id for lw in market.learnwares if lw.task == task_name)
+        for seed in seeds:
+            shots8 = few_shot(train, per_class=8, max_total=64, seed=seed)
+            present = sorted(set(shots8.labels.tolist()))
+            for kind in kinds:
+                if kind == "same names":
+                    yield User(kind, task_name, seed, _relabel(shots8, every, names), tuple(every))
+                elif kind in ("synonyms", "french"):
+                    table = SYNONYMS if kind == "synonyms" else FRENCH
+                    yield User(
+                        kind, task_name, seed, _relabel(shots8, every, _renamed(names, table)), tuple(every)
+                    )
+                elif kind == "codes":
+                    codes = [str(i) for i in every]
+                    yield User(kind, task_name, seed, _relabel(shots8, every, codes), tuple(every))
+                elif kind == "case and order":
+                    order = every[::-1]
+                    upper = [names[c].upper() for c in order]
+                    yield User(kind, task_name, seed, _relabel(shots8, order, upper), tuple(order))
+                elif kind in ("4 shots", "16 shots"):
+                    per_class = int(kind.split()[0])
+                    shots = few_shot(train, per_class=per_class, max_total=64, seed=seed)
+                    yield User(kind, task_name, seed, _relabel(shots, every, names), tuple(every))
+                elif kind == "label subset" and len(names) >= 4 and len(present) >= 4:
+                    rng = np.random.default_rng([seed, 4242])
+                    chosen = sorted(
+                        rng.choice(present, size=max(2, len(present) // 2), replace=False).tolist()
+                    )
+                    few = few_shot(train.subset(np.flatnonzero(np.isin(train.labels, chosen))), seed=seed)
+                    yield User(
+                        kind,
+                        task_name,
+                        seed,
+                        _relabel(few, chosen, [names[c] for c in chosen]),
+                        tuple(chosen),
+                    )
+                elif kind == "no own learnware":
+                    yield User(
+                        kind, task_name, seed, _relabel(shots8, every, names), tuple(every), exclude=own
+                    )
+                elif kind == "spec only":
+                    yield User(
+                        kind, task_name, seed, _relabel(shots8, every, names), tuple(every), spec_only=True
+                    )
+
+
+def true_names(market: Market, user: User) -> list[str]:
+    """The user's labels under the names the task itself gives them."""
+    names = market.tasks[user.task].label_names
+    return [names[c] for c in user.classes]
+
+
+@dataclass
+class Outcome:
+    """The ranking one user got and the measures of it."""
+
+    ranked: list[Ranked]
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def service_ranking(
+    market: Market,
+    user: User,
+    user_spec: np.ndarray,
+    specs: dict[int, np.ndarray],
+    similarity: Callable[[list[str], list[str]], np.ndarray],
+    shot_check_k: int = SHOT_CHECK_K,
+) -> list[Ranked]:
+    """The dock's order for this user: tiers and cosine, then the shot check (not for spec-only
+    users), through the same functions the service's worker calls."""
+    from app.ml.identify import rank_specs
+
+    names = list(user.shots.label_names)
+    pool = {i: v for i, v in specs.items() if i not in user.exclude}
+    found = rank_specs(user_spec, pool)
+    candidates = originals_first(
+        by_tier([Candidate(m.id, m.score, tuple(market.learnwares[m.id].label_names)) for m in found], names),
+        names,
+        pool,
+    )
+    maps: dict[int, LabelMap | None] = {}
+    shots: dict[int, ShotScore | None] = {}
+    if not user.spec_only and shot_check_k > 0:
+        for lw_id in choose_checked(candidates, names, pool, shot_check_k):
+            lw = market.learnwares[lw_id]
+            predicted = market.predict(lw, user.shots.texts)
+            sim = (
+                similarity(names, lw.label_names)
+                if tier_of(names, lw.label_names) == Tier.LABEL_MAP
+                else None
+            )
+            label_map = choose_label_map(
+                names,
+                lw.label_names,
+                similarity=sim,
+                predicted=predicted.labels,
+                probs=predicted.probs,
+                labels=user.shots.labels,
+            )
+            if label_map is not None:
+                maps[lw_id] = label_map
+                shots[lw_id] = held_out_score(predicted.labels, predicted.probs, user.shots.labels, label_map)
+    return rank_for_task(candidates, names, maps=maps, shots=shots)
+
+
+def user_accuracy(market: Market, user: User, lw_id: int, label_map: LabelMap | None) -> float:
+    """Test accuracy on the user's classes of a learnware read through ``label_map`` (0 without)."""
+    if label_map is None:
+        return 0.0
+    lw = market.learnwares[lw_id]
+    test = market.tests[user.task]
+    keep = np.flatnonzero(np.isin(test.labels, user.classes))
+    position = {c: i for i, c in enumerate(user.classes)}
+    truth = np.asarray([position[int(y)] for y in test.labels[keep]], dtype=np.int64)
+    predicted = market.test_predictions(lw, user.task)
+    probs = None if predicted.probs is None else predicted.probs[keep]
+    user_pred, _ = answers(predicted.labels[keep], probs, label_map)
+    return float(np.mean(user_pred == truth))
+
+
+def measure(market: Market, user: User, ranked: list[Ranked]) -> dict[str, float]:
+    """Oracle agreement, normalised accuracy, quality filter and hits of one user's ranking."""
+    truth = true_names(market, user)
+    serving = {
+        lw.id: user_accuracy(market, user, lw.id, map_by_name(truth, lw.label_names))
+        for lw in market.learnwares
+        if lw.id not in user.exclude and tier_of(truth, lw.label_names) == Tier.BY_NAME
+    }
+    oracle = max(serving.values(), default=0.0)
+    top = ranked[0]
+    accuracy = user_accuracy(market, user, top.id, top.label_map)
+    position = {r.id: i for i, r in enumerate(ranked)}
+    own = {lw.variant: lw.id for lw in market.learnwares if lw.task == user.task}
+    metrics = {
+        "oracle_agreement_at1": float(accuracy >= oracle - 0.01) if oracle > 0 else float("nan"),
+        "normalized_accuracy": accuracy / oracle if oracle > 0 else float("nan"),
+        "top1_accuracy": accuracy,
+        "oracle_accuracy": oracle,
+        "hit_at1": float(top.id == own.get("good")),
+    }
+    good, bad = own.get("good"), own.get("corrupted")
+    if good in position and bad in position:
+        metrics["quality_filter"] = float(position[good] < position[bad])
+    else:
+        metrics["quality_filter"] = float("nan")
+    return metrics
+
+
+def summarise(rows: list[tuple[User, dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """Per kind: the mean of each measure and its spread (std over user seeds of the seed means)."""
+    out: dict[str, dict[str, float]] = {}
+    for kind in dict.fromkeys(u.kind for u, _ in rows):
+        mine = [(u, m) for u, m in rows if u.kind == kind]
+        entry: dict[str, float] = {"users": float(len(mine))}
+        for key in ("oracle_agreement_at1", "normalized_accuracy", "quality_filter", "hit_at1"):
+            values = np.asarray([m[key] for _, m in mine], dtype=np.float64)
+            entry[key] = float(np.nanmean(values)) if np.any(~np.isnan(values)) else float("nan")
+            per_seed = [
+                np.nanmean([m[key] for u, m in mine if u.seed == s and not np.isnan(m[key])] or [np.nan])
+                for s in sorted({u.seed for u, _ in mine})
+            ]
+            per_seed = [v for v in per_seed if not np.isnan(v)]
+            entry[f"{key}_spread"] = float(np.std(per_seed)) if len(per_seed) > 1 else 0.0
+        out[kind] = entry
+    kinds = list(out)
+    out["mean over kinds"] = {
+        key: float(np.nanmean([out[k][key] for k in kinds]))
+        for key in ("oracle_agreement_at1", "normalized_accuracy", "quality_filter", "hit_at1")
+    }
+    out["mean over kinds"]["users"] = float(len(rows))
+    return out

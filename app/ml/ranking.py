@@ -1,0 +1,450 @@
+"""How the dock orders the learnwares it finds for a user's task, and why each is where it is.
+
+The spec's cosine says which learnwares do the user's *kind* of task. Three more facts decide
+whether a learnware can serve the user and how well:
+
+1. **What it can answer** (its tier). A learnware answers the user's labels *by name* when every
+   one of them is among its own (equal sets, or a superset whose answers are restricted to the
+   user's labels); it *may answer through a label map* when it has at least as many classes
+   under other names; it *cannot answer* with fewer classes than the user has labels.
+2. **Which label map** turns its answers into the user's labels. By name where the names match;
+   by meaning where both sides' names carry meaning and their embeddings agree on one map by a
+   clear margin ("good" is "positive"); by the user's examples where the names are codes ("0",
+   "LABEL_1") or do not decide it. A map chosen from data alone can be absurd (an inverted
+   spam filter's "ham" onto the user's word for spam), which is why meaning comes first.
+3. **How it does on the user's examples** (the shot check): while the dock holds a few-shot
+   task's examples it runs a few of the top candidates on them under their label maps. The
+   candidates are picked so that near-identical specs (copies, floods) take one place, not all.
+
+The order, as the API documents it: checked matches that did better than chance, by accuracy
+then confidence; then the unchecked ones by tier, each tier in cosine order; then checked matches
+that did no better than chance; then those that cannot answer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Literal
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+SHOT_CHECK_K = 5
+"""How many candidates the shot check runs on the user's examples."""
+
+DUPLICATE_COSINE = 0.95
+"""Specs at least this close are one candidate for the shot check (copies, floods). Distinct
+learnwares of one task score well below it (same task ≈ 0.1–0.6 on the benchmark)."""
+
+PER_CLUSTER = 1
+"""How many learnwares of one cluster of near-identical specs the shot check runs (the oldest)."""
+
+NAME_MARGIN = 0.045
+"""A label map by meaning needs its name similarity, per label, to beat every other map by this
+much; below it the user's examples decide. On the shared datasets' 22 label sets of up to ten
+classes renamed by synonyms and by French (44 renamings), the map the base's embeddings give was
+right in 39; the 5 wrong ones all had margins of 0.04 or less, the right ones up to 0.19
+(`docs/benchmarks/identification.md`). Chosen on those label sets: a held-back renaming may do
+otherwise."""
+
+_CODE = re.compile(r"^(?:label|class|cls|category|cat|c|l|y|id)?[\s_\-#:]*\d+$|^[a-z]$", re.IGNORECASE)
+
+MapHow = Literal["names", "meaning", "examples"]
+
+
+def normalise_label(name: str) -> str:
+    """Case, surrounding space, underscores and hyphens do not make another label."""
+    return " ".join(re.sub(r"[_\-]+", " ", str(name)).split()).casefold()
+
+
+def labels_are_codes(names: Sequence[str]) -> bool:
+    """Names that carry no meaning: numbers, ``LABEL_3``, ``class 2``, single letters."""
+    return all(_CODE.match(normalise_label(n)) for n in names)
+
+
+class Tier(IntEnum):
+    """What a learnware can answer of a user's labels (lower is better)."""
+
+    BY_NAME = 0
+    """Every user label is among its labels (it may have more: its answers are restricted)."""
+    LABEL_MAP = 1
+    """At least as many classes under other names: it may answer through a label map."""
+    CANNOT = 2
+    """Fewer classes than the user has labels: it cannot answer the task."""
+
+    @property
+    def slug(self) -> str:
+        return {0: "labels-by-name", 1: "label-map", 2: "cannot-answer"}[int(self)]
+
+
+def tier_of(user_names: Sequence[str], model_names: Sequence[str]) -> Tier:
+    model = {normalise_label(n) for n in model_names}
+    user = {normalise_label(n) for n in user_names}
+    if user <= model:
+        return Tier.BY_NAME
+    return Tier.LABEL_MAP if len(model) >= len(user) else Tier.CANNOT
+
+
+@dataclass(frozen=True)
+class LabelMap:
+    """For each of the user's labels (by id), the model's class that answers it."""
+
+    model_class: tuple[int, ...]
+    how: MapHow
+    n_model_classes: int
+
+    @property
+    def restricted(self) -> bool:
+        """The model has classes the user does not: its answers are restricted to the mapped ones."""
+        return self.n_model_classes > len(self.model_class)
+
+    def names(self, user_names: Sequence[str], model_names: Sequence[str]) -> dict[str, str]:
+        """The map as the user reads it: the model's label → the user's label."""
+        return {model_names[m]: user_names[u] for u, m in enumerate(self.model_class)}
+
+    def describe(self) -> str:
+        how = {
+            "names": "labels matched by name",
+            "meaning": "labels matched by the meaning of their names",
+            "examples": "labels mapped by your examples (the names do not decide it; its accuracy "
+            "there scores each example under the map chosen on the others)",
+        }[self.how]
+        return how + (", answers restricted to your labels" if self.restricted else "")
+
+
+def map_by_name(user_names: Sequence[str], model_names: Sequence[str]) -> LabelMap | None:
+    """The map of equal names (after `normalise_label`), when every user label has one."""
+    position = {normalise_label(n): i for i, n in enumerate(model_names)}
+    try:
+        classes = tuple(position[normalise_label(n)] for n in user_names)
+    except KeyError:
+        return None
+    return LabelMap(classes, "names", len(model_names))
+
+
+def _assignment(gain: np.ndarray) -> tuple[np.ndarray, float]:
+    """Best injective map of rows (user labels) to columns (model classes) and its total gain."""
+    rows, cols = linear_sum_assignment(-gain)
+    out = np.empty(gain.shape[0], dtype=np.int64)
+    out[rows] = cols
+    return out, float(gain[rows, cols].sum())
+
+
+def map_by_meaning(
+    user_names: Sequence[str], model_names: Sequence[str], similarity: np.ndarray, margin: float = NAME_MARGIN
+) -> LabelMap | None:
+    """The map the names' meaning gives, or None when they do not decide it.
+
+    ``similarity[i, j]`` compares user label i with model label j (cosine of their embeddings).
+    The best assignment must beat every assignment that moves any one user label elsewhere by
+    ``margin`` per label; codes on either side never decide.
+    """
+    sim = np.asarray(similarity, dtype=np.float64)
+    if sim.shape != (len(user_names), len(model_names)) or sim.shape[0] > sim.shape[1]:
+        raise ValueError(f"similarity of shape {sim.shape} for {len(user_names)}×{len(model_names)} labels")
+    if labels_are_codes(user_names) or labels_are_codes(model_names):
+        return None
+    best, total = _assignment(sim)
+    runner_up = -np.inf
+    for i, j in enumerate(best):
+        forbidden = sim.copy()
+        forbidden[i, j] = -1e9
+        runner_up = max(runner_up, _assignment(forbidden)[1])
+    if (total - runner_up) / len(user_names) < margin:
+        return None
+    return LabelMap(tuple(int(j) for j in best), "meaning", len(model_names))
+
+
+def map_by_examples(
+    predicted: np.ndarray, probs: np.ndarray | None, labels: np.ndarray, n_user: int, n_model: int
+) -> LabelMap:
+    """The injective map that makes most of the user's examples right (Hungarian on the counts of
+    (model class, user label); the probabilities split equal counts). Optimistic with a handful of
+    examples: it is chosen on the examples it is then scored on."""
+    counts = np.zeros((n_user, n_model))
+    np.add.at(counts, (np.asarray(labels, dtype=np.int64), np.asarray(predicted, dtype=np.int64)), 1.0)
+    if probs is not None:
+        mass = np.zeros((n_user, n_model))
+        np.add.at(mass, np.asarray(labels, dtype=np.int64), np.asarray(probs, dtype=np.float64))
+        counts += 1e-3 * mass / max(1, len(labels))
+    best, _ = _assignment(counts)
+    return LabelMap(tuple(int(j) for j in best), "examples", n_model)
+
+
+def answers(
+    predicted: np.ndarray, probs: np.ndarray | None, label_map: LabelMap
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """A model's answers in the user's label ids, restricted to the mapped classes.
+
+    With probabilities, the answer is the most probable mapped class (renormalised); without, a
+    prediction of an unmapped class is no answer (-1, counted wrong).
+    """
+    classes = np.asarray(label_map.model_class, dtype=np.int64)
+    if probs is not None:
+        kept = np.asarray(probs, dtype=np.float64)[:, classes]
+        kept = kept / np.clip(kept.sum(axis=1, keepdims=True), 1e-12, None)
+        return kept.argmax(axis=1), kept
+    to_user = np.full(label_map.n_model_classes, -1, dtype=np.int64)
+    to_user[classes] = np.arange(len(classes))
+    return to_user[np.asarray(predicted, dtype=np.int64)], None
+
+
+@dataclass(frozen=True, order=True)
+class ShotScore:
+    """How a learnware did on a user's labelled examples. Orders by accuracy, then by confidence."""
+
+    accuracy: float
+    confidence: float
+    """Mean probability it gave the true labels (restricted and renormalised to the user's labels):
+    splits equal accuracies (a handful of examples leaves many ties) in favour of the model that
+    is surer where it is right and less sure where it is wrong. Equals the accuracy for a model
+    that gives no probabilities."""
+
+
+def shot_score(
+    predicted: np.ndarray, probs: np.ndarray | None, labels: np.ndarray, label_map: LabelMap
+) -> ShotScore:
+    """Score a model's predictions (its own class ids) on the user's examples under ``label_map``."""
+    labels = np.asarray(labels, dtype=np.int64)
+    if probs is not None and np.asarray(probs).shape != (len(labels), label_map.n_model_classes):
+        raise ValueError(
+            f"probabilities of shape {np.asarray(probs).shape} for {len(labels)} examples of "
+            f"{label_map.n_model_classes} classes"
+        )
+    user_pred, user_probs = answers(predicted, probs, label_map)
+    accuracy = float(np.mean(user_pred == labels))
+    if user_probs is None:
+        return ShotScore(accuracy, accuracy)
+    return ShotScore(accuracy, float(np.mean(user_probs[np.arange(len(labels)), labels])))
+
+
+def held_out_score(
+    predicted: np.ndarray, probs: np.ndarray | None, labels: np.ndarray, label_map: LabelMap
+) -> ShotScore:
+    """The score on the user's examples under ``label_map``, honest about how it was chosen.
+
+    A map chosen by names is scored as it is. One chosen by the examples is optimistic on them
+    (more so the more classes the model has to pick from: a six-class model restricted to two
+    fits 16 sentiment examples by luck), so each example is scored under the map chosen on the
+    others (leave-one-out); the map shown is the one chosen on all of them.
+    """
+    if label_map.how != "examples":
+        return shot_score(predicted, probs, labels, label_map)
+    labels = np.asarray(labels, dtype=np.int64)
+    predicted = np.asarray(predicted, dtype=np.int64)
+    n_user, n_model = len(label_map.model_class), label_map.n_model_classes
+    right, confidence = [], []
+    for i in range(len(labels)):
+        keep = np.arange(len(labels)) != i
+        held = map_by_examples(
+            predicted[keep], None if probs is None else np.asarray(probs)[keep], labels[keep], n_user, n_model
+        )
+        score = shot_score(
+            predicted[i : i + 1],
+            None if probs is None else np.asarray(probs)[i : i + 1],
+            labels[i : i + 1],
+            held,
+        )
+        right.append(score.accuracy)
+        confidence.append(score.confidence)
+    return ShotScore(float(np.mean(right)), float(np.mean(confidence)))
+
+
+def choose_label_map(
+    user_names: Sequence[str],
+    model_names: Sequence[str],
+    *,
+    similarity: np.ndarray | None = None,
+    predicted: np.ndarray | None = None,
+    probs: np.ndarray | None = None,
+    labels: np.ndarray | None = None,
+) -> LabelMap | None:
+    """By name, else by meaning (given the names' ``similarity``), else by the user's examples
+    (given the model's ``predicted`` classes on them and their ``labels``); None when none applies
+    (fewer model classes than user labels, or nothing to decide by)."""
+    if len(model_names) < len(user_names):
+        return None
+    by_name = map_by_name(user_names, model_names)
+    if by_name is not None:
+        return by_name
+    if similarity is not None:
+        by_meaning = map_by_meaning(user_names, model_names, similarity)
+        if by_meaning is not None:
+            return by_meaning
+    if predicted is not None and labels is not None:
+        return map_by_examples(predicted, probs, labels, len(user_names), len(model_names))
+    return None
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A learnware the index found: its id, spec cosine and label names."""
+
+    id: int
+    score: float
+    label_names: tuple[str, ...]
+
+
+def by_tier(candidates: Sequence[Candidate], user_names: Sequence[str]) -> list[Candidate]:
+    """Tiers in order (what a learnware can answer), each in cosine order; equal cosines (copies
+    of one spec) oldest first, so a copy never jumps its original."""
+    return sorted(candidates, key=lambda c: (tier_of(user_names, c.label_names), -round(c.score, 6), c.id))
+
+
+def _unit(vector: np.ndarray) -> np.ndarray:
+    v = np.asarray(vector, dtype=np.float32)
+    return v / max(float(np.linalg.norm(v)), 1e-12)
+
+
+def originals_first(
+    ordered: Sequence[Candidate],
+    user_names: Sequence[str],
+    vectors: Mapping[int, np.ndarray],
+    duplicate_cosine: float = DUPLICATE_COSINE,
+) -> list[Candidate]:
+    """Near-identical specs of one tier (copies of one spec) rank as one group at the place of its
+    best member, oldest (lowest id) first: a copy of a good learnware's spec never jumps the
+    original, whose cosine may be a hair lower. Candidates without a vector stay where they are."""
+    groups: list[tuple[Tier, np.ndarray | None, list[Candidate]]] = []
+    for cand in ordered:
+        tier = tier_of(user_names, cand.label_names)
+        vector = vectors.get(cand.id)
+        unit = None if vector is None else _unit(vector)
+        home = None
+        if unit is not None:
+            home = next(
+                (
+                    members
+                    for t, u, members in groups
+                    if t == tier and u is not None and float(u @ unit) >= duplicate_cosine
+                ),
+                None,
+            )
+        if home is None:
+            groups.append((tier, unit, [cand]))
+        else:
+            home.append(cand)
+    return [cand for _, _, members in groups for cand in sorted(members, key=lambda c: c.id)]
+
+
+def choose_checked(
+    ordered: Sequence[Candidate],
+    user_names: Sequence[str],
+    vectors: Mapping[int, np.ndarray],
+    k: int = SHOT_CHECK_K,
+    *,
+    duplicate_cosine: float = DUPLICATE_COSINE,
+    per_cluster: int = PER_CLUSTER,
+) -> list[int]:
+    """The candidates the shot check runs: the first ``k`` of ``ordered`` that can answer, at most
+    ``per_cluster`` of each group of near-identical specs (``vectors`` by id; a candidate without
+    a vector counts as unique). So k copies of one spec cannot fill the check."""
+    chosen: list[int] = []
+    units: dict[int, np.ndarray] = {}
+    clusters: list[list[int]] = []
+    for cand in ordered:
+        if len(chosen) >= k:
+            break
+        if tier_of(user_names, cand.label_names) == Tier.CANNOT:
+            continue
+        vector = vectors.get(cand.id)
+        if vector is None:
+            chosen.append(cand.id)
+            continue
+        unit = _unit(vector)
+        home = next(
+            (c for c in clusters if float(units[c[0]] @ unit) >= duplicate_cosine),
+            None,
+        )
+        if home is None:
+            clusters.append([cand.id])
+        elif len(home) >= per_cluster:
+            continue
+        else:
+            home.append(cand.id)
+        units[cand.id] = unit
+        chosen.append(cand.id)
+    return chosen
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """One match as the dock shows it: where it stands and why."""
+
+    id: int
+    score: float
+    tier: Tier
+    label_map: LabelMap | None
+    shot: ShotScore | None
+    """Its score on the user's examples, where the shot check ran it."""
+    chance: float
+    """Accuracy of guessing among the user's labels: a checked match at or below it is demoted."""
+
+    @property
+    def checked(self) -> bool:
+        return self.shot is not None
+
+    @property
+    def beats_chance(self) -> bool:
+        return self.shot is not None and self.shot.accuracy > self.chance + 1e-9
+
+    def reason(self, n_examples: int = 0) -> str:
+        """One line a user can read: why this match is where it is."""
+        parts = []
+        if self.shot is not None:
+            verdict = "" if self.beats_chance else " (no better than chance: ranked after unchecked ones)"
+            shots = f"your {n_examples} examples" if n_examples else "your examples"
+            parts.append(f"checked on {shots}: {self.shot.accuracy:.0%} right{verdict}")
+        if self.tier == Tier.CANNOT:
+            parts.append("cannot answer: it has fewer classes than your task has labels")
+        elif self.label_map is not None:
+            parts.append(self.label_map.describe())
+        elif self.tier == Tier.LABEL_MAP:
+            parts.append("other label names: may answer through a label map (not checked)")
+        parts.append(f"spec similarity {self.score:.3f}")
+        return "; ".join(parts)
+
+
+def rank_for_task(
+    ordered: Sequence[Candidate],
+    user_names: Sequence[str],
+    *,
+    maps: Mapping[int, LabelMap | None] | None = None,
+    shots: Mapping[int, ShotScore | None] | None = None,
+) -> list[Ranked]:
+    """The final order (module docstring): checked and better than chance by shot score; the
+    unchecked by tier then cosine (``ordered`` must be `by_tier`'s order); checked but no better
+    than chance; those that cannot answer. Stable: equal scores keep ``ordered``'s order."""
+    maps = maps or {}
+    shots = shots or {}
+    chance = 1.0 / max(1, len(user_names))
+    ranked = []
+    for cand in ordered:
+        tier = tier_of(user_names, cand.label_names)
+        label_map = maps.get(cand.id)
+        if label_map is None and tier == Tier.BY_NAME:
+            label_map = map_by_name(user_names, cand.label_names)
+        ranked.append(Ranked(cand.id, cand.score, tier, label_map, shots.get(cand.id), chance))
+
+    def group(r: Ranked) -> int:
+        if r.tier == Tier.CANNOT:
+            return 3
+        if r.checked:
+            return 0 if r.beats_chance else 2
+        return 1
+
+    # sorted() is stable under reverse=True too: equal shot scores keep the incoming order.
+    good = sorted(
+        (r for r in ranked if group(r) == 0),
+        key=lambda r: (r.shot.accuracy, r.shot.confidence) if r.shot else (0.0, 0.0),
+        reverse=True,
+    )
+    return good + [r for g in (1, 2, 3) for r in ranked if group(r) == g]
+
+
+def as_ranked(candidates: Sequence[Candidate]) -> list[Ranked]:
+    """Candidates in their given (cosine) order, for a spec ranked without the task's labels."""
+    return [Ranked(c.id, c.score, Tier.LABEL_MAP, None, None, 0.0) for c in candidates]

@@ -1,0 +1,202 @@
+"""The dock's ranking rules for a user's task: tiers, label maps, the shot check's candidates."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from app.ml.ranking import (
+    Candidate,
+    LabelMap,
+    ShotScore,
+    Tier,
+    answers,
+    by_tier,
+    choose_checked,
+    choose_label_map,
+    held_out_score,
+    labels_are_codes,
+    map_by_examples,
+    map_by_meaning,
+    map_by_name,
+    originals_first,
+    rank_for_task,
+    shot_score,
+    tier_of,
+)
+
+
+def test_tiers_come_from_what_a_learnware_can_answer() -> None:
+    user = ["Negative", "positive "]
+    assert tier_of(user, ["positive", "negative"]) == Tier.BY_NAME
+    assert tier_of(user, ["negative", "neutral", "positive"]) == Tier.BY_NAME  # a superset answers
+    assert tier_of(user, ["ham", "spam"]) == Tier.LABEL_MAP
+    assert tier_of(user, ["a", "b", "c"]) == Tier.LABEL_MAP
+    assert tier_of(["a", "b", "c"], ["a", "b"]) == Tier.CANNOT  # fewer classes: cannot serve
+    assert tier_of(["card_arrival", "top-up"], ["Card arrival", "top up", "refund"]) == Tier.BY_NAME
+
+
+def test_by_tier_orders_tiers_then_cosine_and_copies_oldest_first() -> None:
+    cands = [
+        Candidate(1, 0.9, ("ham", "spam")),
+        Candidate(2, 0.2, ("negative", "positive")),
+        Candidate(3, 0.95, ("a", "b", "c")),
+        Candidate(9, 0.5, ("negative", "neutral", "positive")),
+        Candidate(5, 0.5, ("negative", "neutral", "positive")),
+        Candidate(4, 0.99, ("x",) * 1),
+    ]
+    order = [c.id for c in by_tier(cands, ["negative", "positive"])]
+    assert order == [5, 9, 2, 3, 1, 4]
+
+
+def test_codes_carry_no_meaning() -> None:
+    assert labels_are_codes(["0", "1"]) and labels_are_codes(["LABEL_0", "LABEL_1", "label-2"])
+    assert labels_are_codes(["class 1", "Class 2"]) and labels_are_codes(["a", "b"])
+    assert not labels_are_codes(["ham", "spam"]) and not labels_are_codes(["0", "spam"])
+
+
+def test_map_by_name_restricts_a_superset() -> None:
+    label_map = map_by_name(["positive", "negative"], ["negative", "neutral", "positive"])
+    assert label_map == LabelMap((2, 0), "names", 3)
+    assert label_map.restricted
+    assert label_map.names(["positive", "negative"], ["negative", "neutral", "positive"]) == {
+        "positive": "positive",
+        "negative": "negative",
+    }
+    assert map_by_name(["good", "bad"], ["negative", "positive"]) is None
+
+
+def test_map_by_meaning_needs_a_clear_margin_and_no_codes() -> None:
+    user, model = ["bad", "good"], ["negative", "positive"]
+    clear = np.array([[0.6, 0.2], [0.25, 0.7]])
+    assert map_by_meaning(user, model, clear) == LabelMap((0, 1), "meaning", 2)
+    flipped = np.array([[0.2, 0.6], [0.7, 0.25]])
+    assert map_by_meaning(user, model, flipped) == LabelMap((1, 0), "meaning", 2)
+    unclear = np.array([[0.40, 0.39], [0.38, 0.40]])
+    assert map_by_meaning(user, model, unclear) is None
+    assert map_by_meaning(["0", "1"], model, clear) is None
+    assert map_by_meaning(user, ["LABEL_0", "LABEL_1"], clear) is None
+    with pytest.raises(ValueError, match="similarity of shape"):
+        map_by_meaning(user, model, np.zeros((3, 2)))
+
+
+def test_an_inverted_classifier_is_not_rescued_by_a_data_map_when_names_mean_something() -> None:
+    """A spam filter trained on flipped labels says "ham" for spam. The user calls the classes
+    "normal message" and "junk message": the names decide the map, and the model scores 0."""
+    user, model = ["normal message", "junk message"], ["ham", "spam"]
+    labels = np.array([0, 0, 1, 1])
+    predicted = np.array([1, 1, 0, 0])  # inverted
+    similarity = np.array([[0.3, 0.1], [0.15, 0.6]])
+    label_map = choose_label_map(user, model, similarity=similarity, predicted=predicted, labels=labels)
+    assert label_map is not None and label_map.how == "meaning" and label_map.model_class == (0, 1)
+    assert shot_score(predicted, None, labels, label_map).accuracy == 0.0
+    # With codes for names the data decides, and says how.
+    coded = choose_label_map(["0", "1"], model, similarity=None, predicted=predicted, labels=labels)
+    assert coded == LabelMap((1, 0), "examples", 2)
+    assert shot_score(predicted, None, labels, coded).accuracy == 1.0
+    assert "your examples" in coded.describe()
+
+
+def test_map_by_examples_picks_distinct_classes_of_a_larger_model() -> None:
+    labels = np.array([0, 0, 1, 1, 2, 2])
+    predicted = np.array([4, 4, 1, 1, 0, 4])  # user 2 is mostly model 0; 4 is taken by user 0
+    label_map = map_by_examples(predicted, None, labels, 3, 5)
+    assert label_map.model_class == (4, 1, 0) and label_map.restricted
+
+
+def test_answers_are_restricted_to_the_mapped_classes() -> None:
+    label_map = LabelMap((0, 2), "names", 3)
+    probs = np.array([[0.5, 0.4, 0.1], [0.1, 0.8, 0.1], [0.1, 0.2, 0.7]])
+    answered, kept = answers(probs.argmax(axis=1), probs, label_map)
+    assert answered.tolist() == [0, 0, 1]  # the unmapped class 1 is never an answer
+    assert kept is not None and np.allclose(kept.sum(axis=1), 1.0)
+    answered, kept = answers(np.array([0, 1, 2]), None, label_map)
+    assert answered.tolist() == [0, -1, 1] and kept is None  # without probabilities: no answer
+
+
+def test_shot_score_reads_probabilities_through_the_map() -> None:
+    label_map = LabelMap((1, 0), "names", 2)
+    probs = np.array([[0.2, 0.8], [0.9, 0.1], [0.4, 0.6], [0.3, 0.7]])
+    labels = np.array([0, 1, 1, 0])
+    score = shot_score(probs.argmax(axis=1), probs, labels, label_map)
+    assert score.accuracy == pytest.approx(0.75)
+    assert score.confidence == pytest.approx(np.mean([0.8, 0.9, 0.4, 0.7]))
+    assert shot_score(probs.argmax(axis=1), None, labels, label_map) == ShotScore(0.75, 0.75)
+    with pytest.raises(ValueError, match="probabilities of shape"):
+        shot_score(probs.argmax(axis=1), probs[:, :1], labels, label_map)
+
+
+def test_choose_checked_gives_copies_of_one_spec_one_place() -> None:
+    rng = np.random.default_rng(0)
+    good, other = np.sign(rng.standard_normal(64)), np.sign(rng.standard_normal(64))
+    names = ("ham", "spam")
+    # Ten junk learnwares uploaded after the good one with a copy of its spec, then two others.
+    ordered = [Candidate(1, 0.5, names)] + [Candidate(i, 0.5, names) for i in range(10, 20)]
+    ordered += [Candidate(2, 0.3, names), Candidate(3, 0.2, ("a", "b", "c"))]
+    vectors = {c.id: good for c in ordered[:11]} | {2: other, 3: -other}
+    assert choose_checked(ordered, list(names), vectors, k=5) == [1, 2, 3]
+    assert choose_checked(ordered, list(names), vectors, k=5, per_cluster=2) == [1, 10, 2, 3]
+    # One that cannot answer is never checked; one without a vector counts as unique.
+    assert choose_checked([Candidate(7, 0.9, ("x", "y"))], ["a", "b", "c"], {}, k=5) == []
+    assert choose_checked([Candidate(8, 0.9, names)], list(names), {}, k=5) == [8]
+
+
+def test_rank_for_task_order_and_reasons() -> None:
+    user = ["ham", "spam"]
+    ordered = by_tier(
+        [
+            Candidate(1, 0.6, ("ham", "spam")),
+            Candidate(2, 0.5, ("ham", "spam")),
+            Candidate(3, 0.4, ("ham", "spam")),
+            Candidate(4, 0.3, ("a", "b")),
+            Candidate(5, 0.9, ("a", "b", "c")),
+            Candidate(6, 0.99, ("only",) * 1),
+        ],
+        user,
+    )
+    shots = {1: ShotScore(0.0, 0.1), 2: ShotScore(0.9, 0.8), 4: ShotScore(0.95, 0.9)}
+    maps = {4: LabelMap((1, 0), "examples", 2)}
+    ranked = rank_for_task(ordered, user, maps=maps, shots=shots)
+    assert [r.id for r in ranked] == [4, 2, 3, 5, 1, 6]
+    by_id = {r.id: r for r in ranked}
+    assert by_id[1].checked and not by_id[1].beats_chance
+    assert "no better than chance" in by_id[1].reason(16)
+    assert "95% right" in by_id[4].reason(16) and "your examples" in by_id[4].reason(16)
+    assert "not checked" in by_id[5].reason() and "cannot answer" in by_id[6].reason()
+    assert "matched by name" in by_id[3].reason()
+    # Without a shot check: tiers then cosine.
+    assert [r.id for r in rank_for_task(ordered, user)] == [1, 2, 3, 5, 4, 6]
+
+
+def test_copies_of_a_spec_rank_behind_their_original() -> None:
+    rng = np.random.default_rng(1)
+    good, other = np.sign(rng.standard_normal(256)), np.sign(rng.standard_normal(256))
+    near = good.copy()
+    near[:3] *= -1  # a copy a hair away (cosine 0.98): still a copy
+    names = ("ham", "spam")
+    ordered = [Candidate(12, 0.51, names), Candidate(11, 0.51, names), Candidate(5, 0.3, names)]
+    ordered += [Candidate(1, 0.5, names), Candidate(20, 0.49, ("x", "y"))]
+    vectors = {12: near, 11: good, 5: other, 1: good, 20: good}
+    order = [c.id for c in originals_first(ordered, list(names), vectors)]
+    # 1 is the oldest of the group {12, 11, 1}; 20 has the same spec but another tier (label map).
+    assert order == [1, 11, 12, 5, 20]
+
+
+def test_a_map_chosen_by_the_examples_is_scored_leaving_each_one_out() -> None:
+    """A six-class model restricted to the user's two labels by the examples fits them by luck;
+    scored under maps chosen without each example, the luck is gone."""
+    rng = np.random.default_rng(3)
+    labels = np.repeat([0, 1], 8)
+    probs = rng.dirichlet(np.ones(6), size=16)  # unrelated to the labels
+    predicted = probs.argmax(axis=1)
+    label_map = map_by_examples(predicted, probs, labels, 2, 6)
+    optimistic = shot_score(predicted, probs, labels, label_map).accuracy
+    honest = held_out_score(predicted, probs, labels, label_map).accuracy
+    assert optimistic > 0.5 and honest < optimistic
+    # A model that does the task keeps its score; a map by names is scored as it is.
+    good = labels.copy()
+    assert held_out_score(good, None, labels, map_by_examples(good, None, labels, 2, 2)).accuracy == 1.0
+    by_name = LabelMap((0, 1), "names", 2)
+    assert held_out_score(predicted % 2, None, labels, by_name) == shot_score(
+        predicted % 2, None, labels, by_name
+    )

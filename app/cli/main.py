@@ -7,7 +7,7 @@ import os
 
 import typer
 
-from app.cli import ml, reuse, service
+from app.cli import ml, reuse, scale, service
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -16,6 +16,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help="PAVE Dock: a
 ml.register(app)
 service.register(app)
 reuse.register(app)
+scale.register(app)
 
 
 def main() -> None:

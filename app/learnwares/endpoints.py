@@ -14,6 +14,7 @@ from app.auth.dependencies import AdminKey, CurrentKey, DeveloperKey
 from app.db.models import LearnwareStatus
 from app.learnwares import repository, service
 from app.learnwares.schemas import LearnwareRead, LearnwareSubmitted, Page, Pagination, ReviewDecision
+from app.spec_spaces.service import stored_encoding
 
 router = APIRouter(tags=["learnwares"])
 
@@ -54,6 +55,7 @@ def submit_learnware(
             job_id=job.id,
             status=learnware.status,
             spec_uploaded=learnware.uploaded_spec_id is not None,
+            spec_stored=stored_encoding(session, learnware.uploaded_spec_id),
         )
 
 

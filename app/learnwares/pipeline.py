@@ -31,6 +31,7 @@ from app.jobs import service as jobs
 from app.jobs.runner import JobContext
 from app.jobs.stages import FIT_LEARNWARE_SPEC
 from app.learnwares.service import package_limits, spec_row
+from app.ml.binary_index import encoding_of_config
 from app.ml.errors import IncompatibleSpec, InvalidPackage
 from app.ml.packages import LearnwarePackage, extract_package
 from app.spec_spaces.service import check_spec
@@ -219,7 +220,14 @@ def fit_spec(ctx: JobContext) -> None:
         lines = ["kept the developer's spec: space, shape and values checked"]
     else:
         vector, meta = _fit(ctx, snap)
-        computed = spec_row(snap.space_id, vector, kind=SpecKind.model, source=SpecSource.computed, meta=meta)
+        computed = spec_row(
+            snap.space_id,
+            vector,
+            kind=SpecKind.model,
+            source=SpecSource.computed,
+            meta=meta,
+            encoding=encoding_of_config(snap.space_config),
+        )
         lines = [
             f"fitted the spec on {meta['n_examples']} inputs to the model's own predictions in {meta['seconds']} s"
         ]

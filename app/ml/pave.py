@@ -139,7 +139,8 @@ def fit_pave_spec(
         if recipe.steps == 0:
             _one_gradient(space, texts, soft, hard, head.logits, recipe, progress)
             grad = space.spec_vector(from_grad=True)
-            vector = -np.sign(grad) if recipe.balanced else -grad
+            # A zero gradient (rare) counts as +1, so the spec is a sign vector throughout.
+            vector = np.where(grad > 0, -1.0, 1.0) if recipe.balanced else -grad
         else:
             _adam_steps(space, texts, soft, hard, head.logits, recipe, progress)
             vector = space.spec_vector()

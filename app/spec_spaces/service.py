@@ -17,7 +17,15 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.api.errors import NotFound
-from app.db.models import SpecSpaceRecord
+from app.db.models import Spec, SpecSpaceRecord
+from app.ml.binary_index import (
+    FLOAT32,
+    SIGN_BITS,
+    encoding_of_config,
+    is_sign_vector,
+    packed_len,
+    unpack_signs,
+)
 from app.ml.encoders import resolve_base, weights_sha256
 from app.ml.errors import IncompatibleSpec
 from app.ml.spec_space import SpecSpaceConfig, config_dict, load_space, space_id
@@ -71,18 +79,56 @@ def list_spaces(session: Session) -> Sequence[SpecSpaceRecord]:
     return session.scalars(select(SpecSpaceRecord).order_by(SpecSpaceRecord.created_at)).all()
 
 
+def space_encoding(record: SpecSpaceRecord) -> str:
+    """How the space's specs are stored and indexed: "sign-bits" or "float32"."""
+    return encoding_of_config(record.config)
+
+
+def stored_encoding(session: Session, spec_id: int | None) -> str | None:
+    """The form a stored spec is in ("sign-bits" or "float32"), told by its length."""
+    if spec_id is None:
+        return None
+    spec = session.get(Spec, spec_id)
+    if spec is None:
+        return None
+    return SIGN_BITS if len(spec.vector) == packed_len(spec.dim) else FLOAT32
+
+
 def check_spec(vector: np.ndarray, record: SpecSpaceRecord, claimed_space: str | None) -> np.ndarray:
     """Refuse a spec of another space, of the wrong shape, or with non-finite or zero values
-    (the same rules as ``app.ml.spec_space.check_vector``, against the registered space)."""
+    (the same rules as ``app.ml.spec_space.check_vector``, against the registered space); in a
+    space of sign specs, also one with values other than ±1. Packed bits (uint8, as
+    ``read_spec_file`` returns a U8 tensor) are taken by a sign space alone, and unpacked."""
     if claimed_space is not None and claimed_space != record.id:
         raise IncompatibleSpec(f"spec is of space {claimed_space}, not {record.id}")
+    encoding = space_encoding(record)
     arr = np.asarray(vector)
+    if arr.dtype == np.uint8:
+        nbytes = packed_len(record.dim)
+        if encoding != SIGN_BITS:
+            raise IncompatibleSpec(
+                f"spec is packed sign bits, but space {record.id} holds {encoding} specs: send its F32 values"
+            )
+        if arr.ndim != 1 or arr.shape[0] != nbytes:
+            raise IncompatibleSpec(
+                f"packed spec has shape {tuple(arr.shape)}, space {record.id} needs ({nbytes},) bytes "
+                f"({record.dim} signs)"
+            )
+        spare = 8 * nbytes - record.dim
+        if spare and arr[-1] & ((1 << spare) - 1):
+            raise IncompatibleSpec(f"packed spec has bits set beyond its {record.dim} signs")
+        return unpack_signs(arr, record.dim)
     if arr.ndim != 1 or arr.shape[0] != record.dim:
         raise IncompatibleSpec(f"spec has shape {tuple(arr.shape)}, space {record.id} needs ({record.dim},)")
     if not np.all(np.isfinite(arr)):
         raise IncompatibleSpec("spec has NaN or infinite values")
     if not np.any(arr):
         raise IncompatibleSpec("spec is all zeros")
+    if encoding == SIGN_BITS and not is_sign_vector(arr):
+        raise IncompatibleSpec(
+            f"space {record.id} holds sign specs: every value must be +1 or -1 (or send them packed, "
+            f"a U8 tensor of {packed_len(record.dim)} bytes)"
+        )
     return arr.astype(np.float32)
 
 
@@ -90,7 +136,9 @@ def check_spec(vector: np.ndarray, record: SpecSpaceRecord, claimed_space: str |
 class UploadedSpec:
     space_id: str | None
     vector: np.ndarray
+    """float32 values, or uint8 packed sign bits (``encoding`` says which)."""
     meta: dict[str, str]
+    encoding: str = FLOAT32
 
 
 _MAX_HEADER = 1 << 20
@@ -116,20 +164,25 @@ def read_spec_file(path: Path) -> UploadedSpec:
     if not isinstance(tensor, dict):
         raise IncompatibleSpec("spec file holds no 'pave' tensor")
     dtype, shape, offsets = tensor.get("dtype"), tensor.get("shape"), tensor.get("data_offsets")
-    if dtype != "F32":
-        raise IncompatibleSpec(f"spec tensor has dtype {dtype}, not F32")
+    if dtype not in ("F32", "U8"):
+        raise IncompatibleSpec(f"spec tensor has dtype {dtype}: F32 values, or U8 packed sign bits")
     if not (isinstance(shape, list) and all(isinstance(s, int) and s >= 0 for s in shape)):
         raise IncompatibleSpec(f"spec tensor has a bad shape {shape!r}")
     if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)):
         raise IncompatibleSpec("spec tensor has bad data offsets")
     start, end = 8 + header_len + offsets[0], 8 + header_len + offsets[1]
     count = int(np.prod(shape)) if shape else 1
-    if not (8 + header_len <= start <= end <= len(raw)) or end - start != 4 * count:
+    width = 4 if dtype == "F32" else 1
+    if not (8 + header_len <= start <= end <= len(raw)) or end - start != width * count:
         raise IncompatibleSpec("spec tensor data does not match its shape")
-    vector = np.frombuffer(raw[start:end], dtype="<f4").reshape(shape).astype(np.float32)
+    if dtype == "F32":
+        vector = np.frombuffer(raw[start:end], dtype="<f4").reshape(shape).astype(np.float32)
+    else:
+        vector = np.frombuffer(raw[start:end], dtype=np.uint8).reshape(shape).copy()
     claimed = meta.get("space_id") if isinstance(meta, dict) else None
     return UploadedSpec(
         space_id=str(claimed) if claimed else None,
         vector=vector,
         meta={str(k): str(v) for k, v in meta.items()} if isinstance(meta, dict) else {},
+        encoding=FLOAT32 if dtype == "F32" else SIGN_BITS,
     )

@@ -13,6 +13,7 @@ from app.index.registry import vector_from_bytes
 from app.jobs import service as jobs
 from app.jobs.runner import JobContext
 from app.learnwares.service import spec_row
+from app.ml.binary_index import encoding_of_config
 from app.ml.errors import IncompatibleSpec, InvalidInput
 from app.tasks.service import rank
 from app.tasks.shot_check import shot_results, with_shot_check
@@ -62,7 +63,14 @@ def fit_and_identify(ctx: JobContext) -> None:
         ctx.log(f"shot check: {sum(c is not None for c in checked.values())} matches run on the examples")
     with ctx.runtime.db.session() as session:
         task = _task(session, ctx)
-        row = spec_row(space_id, spec.vector, kind=SpecKind.task, source=SpecSource.computed, meta=spec.meta)
+        row = spec_row(
+            space_id,
+            spec.vector,
+            kind=SpecKind.task,
+            source=SpecSource.computed,
+            meta=spec.meta,
+            encoding=encoding_of_config(config),
+        )
         session.add(row)
         session.flush()
         task.spec_id = row.id

@@ -90,7 +90,12 @@ def create_from_spec(
     record = spaces.space_for_spec(session, uploaded.space_id, runtime.default_space_id)
     vector = spaces.check_spec(uploaded.vector, record, uploaded.space_id)
     spec = spec_row(
-        record.id, vector, kind=SpecKind.task, source=SpecSource.uploaded, meta=dict(uploaded.meta)
+        record.id,
+        vector,
+        kind=SpecKind.task,
+        source=SpecSource.uploaded,
+        meta=dict(uploaded.meta),
+        encoding=spaces.space_encoding(record),
     )
     session.add(spec)
     session.flush()
@@ -175,7 +180,11 @@ def identify_now(session: Session, runtime: Runtime, spec_file: Path, k: int) ->
     vector = spaces.check_spec(uploaded.vector, record, uploaded.space_id)
     results, version = rank(session, runtime, record.id, vector, k)
     return IdentifyResult(
-        space_id=record.id, index_version=version, matches=[MatchRead.model_validate(r) for r in results]
+        space_id=record.id,
+        spec_received=uploaded.encoding,
+        space_encoding=spaces.space_encoding(record),
+        index_version=version,
+        matches=[MatchRead.model_validate(r) for r in results],
     )
 
 

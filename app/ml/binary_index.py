@@ -120,7 +120,7 @@ def _hammings(block: np.ndarray, query: np.ndarray) -> np.ndarray:
     popcount kernel; it releases the GIL, so concurrent searches run in parallel)."""
     out = np.empty(block.shape[0], dtype=np.int32)
     if block.shape[0]:
-        faiss.hammings(
+        faiss.hammings(  # type: ignore[attr-defined]  # absent from faiss's stubs
             faiss.swig_ptr(query),
             faiss.swig_ptr(block),
             1,
@@ -137,9 +137,9 @@ class BinaryIndexParams:
 
     exact_below: int = 20_000
     """Score every spec below this many live specs (an exact scan of 20,000 takes ~5 ms)."""
-    sketch_bytes: int = 512
-    """Bytes of a spec the cells are trained and assigned on (4,096 of its bits)."""
-    rows_per_cell: int = 2000
+    sketch_bytes: int = 256
+    """Bytes of a spec the cells are trained and assigned on (2,048 of its bits)."""
+    rows_per_cell: int = 400
     """Cells: live specs / this, between 16 and 1,024."""
     nprobe: int = 8
     """Cells scored per query."""
@@ -316,10 +316,15 @@ class BinarySpecIndex:
             rows, dist = self._score(q, exhaustive, nprobe or self.params.nprobe)
             keep = mask[rows]
             rows, dist = rows[keep], dist[keep]
-            if len(rows) > k:
-                part = np.argpartition(dist, k - 1)[:k]
-                rows, dist = rows[part], dist[part]
             ids = self._ids.data[rows]
+            if len(rows) > k:
+                # The k nearest; ties at the k-th distance go to the smaller ids, as in exact order.
+                kth = np.partition(dist, k - 1)[k - 1]
+                inside = np.flatnonzero(dist < kth)
+                tied = np.flatnonzero(dist == kth)
+                tied = tied[np.argsort(ids[tied], kind="stable")[: k - len(inside)]]
+                keep_rows = np.concatenate([inside, tied])
+                ids, dist = ids[keep_rows], dist[keep_rows]
         order = np.lexsort((ids, dist))
         return [Match(int(ids[i]), float(1.0 - 2.0 * dist[i] / self.dim)) for i in order]
 
@@ -451,7 +456,8 @@ class BinarySpecIndex:
                     out.flush()
                     del out
                 else:
-                    np.save(tmp, np.empty((0, self.nbytes), dtype=np.uint8))
+                    with tmp.open("wb") as fh:  # np.save(path) would append ".npy" to the name
+                        np.save(fh, np.empty((0, self.nbytes), dtype=np.uint8))
                 tmp.replace(codes_path)
                 base = np.load(codes_path, mmap_mode="r")
             else:
@@ -491,7 +497,7 @@ class BinarySpecIndex:
                 "rows_in_codes": len(self._base),
                 "params": self.params.__dict__,
             }
-            arrays = {
+            arrays: dict[str, np.ndarray] = {
                 "header": np.frombuffer(json.dumps(header).encode(), dtype=np.uint8),
                 "cell_start": self._cell_start,
                 "centroids": self._centroids,
@@ -502,7 +508,7 @@ class BinarySpecIndex:
             }
         tmp = path.with_name(path.name + ".tmp")
         with tmp.open("wb") as fh:
-            np.savez(fh, **arrays)
+            np.savez(fh, allow_pickle=False, **arrays)
         tmp.replace(path)
         _collect_codes(path.parent)
 

@@ -175,6 +175,7 @@ def read_spec_file(path: Path) -> UploadedSpec:
     width = 4 if dtype == "F32" else 1
     if not (8 + header_len <= start <= end <= len(raw)) or end - start != width * count:
         raise IncompatibleSpec("spec tensor data does not match its shape")
+    vector: np.ndarray
     if dtype == "F32":
         vector = np.frombuffer(raw[start:end], dtype="<f4").reshape(shape).astype(np.float32)
     else:

@@ -22,6 +22,8 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -34,7 +36,7 @@ import numpy as np
 from safetensors.numpy import save
 
 from app.bench.market_sim import Market, RealSpecs, generate_market, real_specs
-from app.bench.service import _first_to_go, _mem_available, _percentile, _serve, _wait_ready
+from app.bench.service import ROOT, _first_to_go, _mem_available, _percentile, _wait_ready
 from app.ml.binary_index import BinaryIndexParams, BinarySpecIndex, cosine_from_hamming, hamming
 
 CHUNK = 5000
@@ -81,6 +83,37 @@ def _memory(pid: int) -> tuple[int, int]:
             if parts and parts[0] in ("Rss:", "Pss:"):
                 values[parts[0]] = int(parts[1]) * 1024
     return values.get("Rss:", 0), values.get("Pss:", 0)
+
+
+def _serve(data_dir: Path, port: int, log: Path, workers: int) -> subprocess.Popen[bytes]:
+    """A real uvicorn of the dock's API (``workers`` processes share the memory-mapped codes)."""
+    env = {
+        **os.environ,
+        "PAVEDOCK_DATA_DIR": str(data_dir),
+        "PAVEDOCK_DATABASE_URL": "",
+        "PAVEDOCK_BROKER_URL": "",
+    }
+    command = [sys.executable, "-m", "uvicorn", "app.api.main:create_app", "--factory", "--host", "127.0.0.1"]
+    command += ["--port", str(port), "--log-level", "warning", "--workers", str(workers)]
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            command, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_first_to_go
+        )
+
+
+def _processes(root: int) -> list[int]:
+    """``root`` and its descendants (uvicorn's worker processes)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
 
 
 def realism_check(
@@ -363,6 +396,7 @@ def run_scale_benchmark(
     cache_dir: Path,
     out: Path,
     work_dir: Path | None = None,
+    api_workers: int = 1,
     say: Callable[[str], None] = print,
     seed: int = 0,
 ) -> dict[str, object]:
@@ -446,7 +480,7 @@ def run_scale_benchmark(
                 port = int(sock.getsockname()[1])
             url = f"http://127.0.0.1:{port}"
             log = Path(tmp) / "api.log"
-            proc = _serve(data_dir, port, log)
+            proc = _serve(data_dir, port, log, api_workers)
             try:
                 load_s = _wait_ready(url, proc, log)
                 bodies = _bodies(space_id, queries)
@@ -469,7 +503,9 @@ def run_scale_benchmark(
                     say(
                         f"  {n_clients:>3} clients: p50 {point.p50_ms} ms, p99 {point.p99_ms} ms, {point.requests_per_s} req/s, {errors} errors"
                     )
-                rss, pss = _memory(proc.pid)
+                usage = [_memory(pid) for pid in _processes(proc.pid)]
+                rss, pss = sum(u[0] for u in usage), sum(u[1] for u in usage)
+                say(f"  API processes: {len(usage)}, RSS {rss / 2**30:.2f} GiB, PSS {pss / 2**30:.2f} GiB")
                 ingest_result: dict[str, float] = {}
                 if ingest:
                     rng = np.random.default_rng(seed + 7)
@@ -507,6 +543,7 @@ def run_scale_benchmark(
         "benchmark": "identification at market scale (POST /v1/identify, k=10, packed sign specs)",
         "queries": f"{len(queries)} real task specs (held-out few-shot draws of {len(set(real.tasks))} tasks)",
         "index": asdict(params),
+        "api_workers": api_workers,
         "machine": {
             "cpus": os.cpu_count(),
             "platform": platform.platform(),

@@ -20,6 +20,7 @@ def bench_scale(
     work_dir: Annotated[
         Path | None, typer.Option(help="where the temporary dock lives (needs ~2.2x the codes)")
     ] = None,
+    api_workers: Annotated[int, typer.Option(help="uvicorn worker processes of the API")] = 1,
     out: Annotated[Path, typer.Option(help="JSON results")] = Path("bench-out/scale.json"),
 ) -> None:
     """Recall against exact search, HTTP latency, memory, disk, build and ingest at market scale."""
@@ -34,6 +35,7 @@ def bench_scale(
         cache_dir=default_cache_dir(cache, "scale"),
         out=out,
         work_dir=work_dir,
+        api_workers=api_workers,
         say=lambda line: typer.echo(line),
     )
 

@@ -128,8 +128,9 @@ def _masks(rng: np.random.Generator, pool: np.ndarray, n: int) -> np.ndarray:
     bucket = rng.integers(0, pool.shape[0], n)
     which = rng.integers(0, pool.shape[1], n)
     shift = rng.integers(0, nbytes, n)
-    cols = (np.arange(nbytes)[None, :] + shift[:, None]) % nbytes
-    return pool[bucket[:, None], which[:, None], cols]
+    # Every rotation of a mask is a window of the mask written twice: gather windows, not bytes.
+    windows = np.lib.stride_tricks.sliding_window_view(np.concatenate([pool, pool], axis=-1), nbytes, axis=-1)
+    return np.ascontiguousarray(windows[bucket, which, shift])
 
 
 def generate_market(

@@ -157,7 +157,7 @@ def generate_market(
             p = parents[rng.integers(0, len(parents), len(models))]
             parent[start + models] = p
             block[models] = real.bits[p] ^ _masks(rng, model_pool, len(models))
-        # Sources are models written before this chunk, or earlier in it.
+        # Sources are models of earlier chunks (in the first chunk: its own models, written first).
         earlier = np.flatnonzero(kind[:start] == 0) if start else start + models
         if start == 0:
             out[start:stop][models] = block[models]

@@ -26,6 +26,7 @@ from pydantic import BaseModel
 from app.auth.schemas import KeyIssued, KeyRead
 from app.jobs.schemas import JobPage, JobRead, JobSubmitted
 from app.learnwares.schemas import LearnwareRead, LearnwareSubmitted, Page
+from app.ml.progress import Progress
 from app.reuse.schemas import (
     FinetuneCreate,
     MergeCreate,
@@ -158,7 +159,7 @@ class DockClient:
         label_names: Sequence[str],
         out_stem: Path,
         *,
-        progress: Callable[[int, int, str], None] | None = None,
+        progress: Progress | None = None,
     ) -> Path:
         """Fit the task spec here, in the dock's default space; returns ``<out_stem>.safetensors``."""
         import numpy as np
@@ -188,7 +189,7 @@ class DockClient:
         *,
         top_k: int = 10,
         local_spec: bool = False,
-        progress: Callable[[int, int, str], None] | None = None,
+        progress: Progress | None = None,
     ) -> TaskSubmitted:
         """Post a few-shot task. ``local_spec``: fit the spec here and upload only the spec."""
         if not local_spec:

@@ -12,6 +12,7 @@ from typing import Any
 from app.db.session import Database
 from app.index.registry import IndexRegistry
 from app.jobs.dispatch import DISPATCHER, CeleryDispatcher
+from app.ml.bases import use_data_dir
 from app.settings import Settings
 from app.spec_spaces.service import default_space_id
 from app.storage.store import ArtifactStore, make_store
@@ -33,6 +34,7 @@ class Runtime:
         from workers.celery_app import make_celery
 
         settings.ensure_dirs()
+        use_data_dir(settings.data_dir)  # installed bases (all-mpnet-base-v2) live under it
         celery = celery_app if celery_app is not None else make_celery(settings)
         db = Database(settings.resolved_database_url, info={DISPATCHER: CeleryDispatcher(celery)})
         return cls(

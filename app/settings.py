@@ -16,6 +16,7 @@ from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 if TYPE_CHECKING:
+    from app.ml.packages import PackageLimits
     from app.ml.spec_space import SpecSpaceConfig
 
 Environment = Literal["development", "testing", "production"]
@@ -63,14 +64,24 @@ class Settings(BaseSettings):
     """An API process writes its index file at most this often (and at shutdown)."""
 
     datasets_dir: Path | None = Field(default_factory=_default_datasets_dir)
+    """The real datasets (benchmarks, the demo); default ``../shared/datasets`` where it exists."""
+    cache_dir: Path = Path(".cache/pavedock")
+    """What the benchmarks and the demo train is kept here between runs."""
+    log_level: str | None = None
+    """Logging level; unset: WARNING for the commands, INFO for ``pavedock serve``'s server."""
 
     spec_spaces: list[dict[str, Any]] = Field(default_factory=_default_spaces)
     """Spec space configs (JSON), the first is the default; ``[{}]`` is the default MiniLM space."""
 
     max_upload_bytes: int = 256 * 1024 * 1024
     """Largest request body on upload routes (a package zip); refused with 413 while streaming."""
-    package_max_unpacked_bytes: int = 2 * 1024**3
+    package_max_unpacked_bytes: int = Field(default=1024**3, ge=1)
+    """Most bytes one package may unpack to, in the API and in each worker stage (the sum of its
+    members, declared and counted while extracting); a deployment serving larger models raises it."""
     package_max_ratio: float = 100.0
+    """Largest uncompressed/compressed ratio of one member of a package."""
+    package_max_total_ratio: float = 20.0
+    """Largest ratio for the whole package, once it unpacks to over 64 MiB (a bomb spread thin)."""
     package_max_members: int = 2000
     max_spec_upload_bytes: int = 4 * 1024 * 1024
     max_task_examples: int = 1024
@@ -153,6 +164,17 @@ class Settings(BaseSettings):
         if not configs:
             raise ValueError("PAVEDOCK_SPEC_SPACES must name at least one spec space")
         return configs
+
+    def package_limits(self) -> PackageLimits:
+        """What extracting a learnware package may take (unpacked bytes, members, ratio)."""
+        from app.ml.packages import PackageLimits
+
+        return PackageLimits(
+            max_total_bytes=self.package_max_unpacked_bytes,
+            max_members=self.package_max_members,
+            max_ratio=self.package_max_ratio,
+            max_total_ratio=self.package_max_total_ratio,
+        )
 
     def ensure_dirs(self) -> None:
         """Create the embedded mode's folders (harmless in production)."""

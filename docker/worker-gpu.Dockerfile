@@ -30,6 +30,6 @@ RUN pip install -c requirements.lock -e . \
 USER dock
 VOLUME ["/data"]
 HEALTHCHECK --interval=30s --timeout=20s --start-period=120s --retries=3 \
-    CMD celery -A workers.celery_app inspect ping --destination "gpu@$HOSTNAME" --timeout 10 || exit 1
+    CMD celery -A workers.main inspect ping --destination "gpu@$HOSTNAME" --timeout 10 || exit 1
 # One process per GPU: spec fitting holds the model on the device.
-CMD ["sh", "-c", "exec celery -A workers.celery_app worker --queues gpu --concurrency ${WORKER_CONCURRENCY:-1} --hostname gpu@$HOSTNAME --loglevel INFO"]
+CMD ["sh", "-c", "exec celery -A workers.main worker --queues gpu --concurrency ${WORKER_CONCURRENCY:-1} --hostname gpu@$HOSTNAME --loglevel INFO"]

@@ -1,4 +1,6 @@
-"""Shared fixtures of the service tests (tests/api, tests/e2e): real datasets and real packages.
+"""Shared fixtures: real datasets and real packages here; the service's (a migrated database, a
+runtime, the app, keys) in ``tests/fixtures/service.py``; tiny bases in
+``tests/fixtures/tiny_bases.py``.
 
 Only fixtures live here (nothing autouse), so the ML tests are not affected.
 """
@@ -11,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+pytest_plugins = ["tests.fixtures.service", "tests.fixtures.tiny_bases"]
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -34,7 +38,7 @@ def package_dir() -> Path:
     deterministic). The folder is named by a hash of the code that makes packages, so a change
     to it builds them afresh. PAVEDOCK_TEST_PACKAGES overrides the location."""
     root = Path(__file__).resolve().parents[1]
-    sources = ("app/ml/builders.py", "app/ml/packages.py", "app/ml/finetune.py", "app/ml/data.py")
+    sources = ("app/bench/builders.py", "app/ml/packages.py", "app/ml/finetune.py", "app/ml/data.py")
     digest = hashlib.sha256(b"".join((root / s).read_bytes() for s in sources)).hexdigest()[:12]
     base = Path(os.environ.get("PAVEDOCK_TEST_PACKAGES", root / ".cache" / "pavedock" / "test-packages"))
     folder = base / digest
@@ -55,7 +59,7 @@ def cached(path: Path, build: Callable[[Path], Path]) -> Path:
 @pytest.fixture(scope="session")
 def tfidf_packages(datasets_dir: Path, package_dir: Path) -> dict[str, Path]:
     """Real TF-IDF + logistic regression ONNX learnwares for three datasets (seconds to train)."""
-    from app.ml.builders import train_tfidf_onnx_learnware
+    from app.bench.builders import train_tfidf_onnx_learnware
     from app.ml.data import load_task
 
     def build(name: str) -> Callable[[Path], Path]:
@@ -71,7 +75,7 @@ def tfidf_packages(datasets_dir: Path, package_dir: Path) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def lora_packages(datasets_dir: Path, package_dir: Path) -> dict[str, Path]:
     """Real LoRA learnwares of MiniLM for two datasets, trained briefly (seconds each)."""
-    from app.ml.builders import train_lora_learnware
+    from app.bench.builders import train_lora_learnware
     from app.ml.data import load_task
 
     def build(name: str) -> Callable[[Path], Path]:
@@ -85,7 +89,7 @@ def lora_packages(datasets_dir: Path, package_dir: Path) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def linear_packages(datasets_dir: Path, package_dir: Path) -> dict[str, Path]:
     """Real sequence classifiers of MiniLM (hf-seqcls, naming their base) for two datasets."""
-    from app.ml.builders import train_linear_head_learnware
+    from app.bench.builders import train_linear_head_learnware
     from app.ml.data import load_task
 
     def build(name: str) -> Callable[[Path], Path]:

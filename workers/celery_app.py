@@ -1,4 +1,6 @@
-"""The Celery app. Queues ``gpu`` (spec fitting) and ``cpu`` (validation, identification, index).
+"""How the dock's Celery app is made: queues ``gpu`` (spec fitting) and ``cpu`` (validation,
+identification, index). ``make_celery`` is the one place: the runtime of an API process builds one
+to publish, the worker process (``workers.main``) one to consume. Nothing is built at import.
 
 Delivery is at least once (acks late, requeue when a worker process dies); the jobs table makes
 each step run once: a delivery whose job is not claimable is dropped (see ``app.jobs.service``).
@@ -13,7 +15,7 @@ from celery import Celery
 from kombu import Queue
 
 from app.jobs.stages import QUEUES, STAGES
-from app.settings import Settings, get_settings
+from app.settings import Settings
 
 
 def broker_options(settings: Settings) -> dict[str, Any]:
@@ -34,7 +36,7 @@ def make_celery(settings: Settings) -> Celery:
     """A Celery app for ``settings`` (the API uses one to publish, workers to consume)."""
     if not settings.broker_url:
         settings.ensure_dirs()
-    app = Celery("pavedock", broker=settings.resolved_broker_url, include=["workers.tasks"])
+    app = Celery("pavedock", broker=settings.resolved_broker_url)
     app.conf.update(
         broker_transport_options=broker_options(settings),
         broker_connection_retry_on_startup=True,
@@ -58,6 +60,3 @@ def make_celery(settings: Settings) -> Celery:
         broker_pool_limit=10,
     )
     return app
-
-
-app = make_celery(get_settings())

@@ -6,8 +6,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
+from typing import Any
 
-from celery import Task, signals
+from celery import Celery, Task, signals
 
 from app.index import pipeline as index_pipeline
 from app.jobs.reaper import Reaper
@@ -28,82 +30,94 @@ from app.reuse import pipeline as reuse_pipeline
 from app.runtime import Runtime
 from app.settings import get_settings
 from app.tasks import pipeline as task_pipeline
-from workers.celery_app import app
 
 log = logging.getLogger(__name__)
+
+StageTask = Callable[[Task, int], str]
 
 _runtime: Runtime | None = None
 _runtime_pid: int | None = None
 _lock = threading.Lock()
 
 
-def runtime() -> Runtime:
+def runtime(celery_app: Celery) -> Runtime:
     """This process's runtime (rebuilt after a fork: connections are not shared across processes)."""
     global _runtime, _runtime_pid
     with _lock:
         if _runtime is None or _runtime_pid != os.getpid():
-            _runtime = Runtime.create(get_settings(), persist_index=False, celery_app=app)
+            _runtime = Runtime.create(get_settings(), persist_index=False, celery_app=celery_app)
             _runtime_pid = os.getpid()
         return _runtime
 
 
 def _run(task: Task, job_id: int, stage: Stage, fn: StageFn) -> str:
     try:
-        return run_stage(runtime(), job_id, stage, fn, worker=str(task.request.hostname or "worker"))
+        return run_stage(runtime(task.app), job_id, stage, fn, worker=str(task.request.hostname or "worker"))
     except RetryLater as exc:
         raise task.retry(
             countdown=exc.countdown, exc=exc, max_retries=get_settings().job_max_attempts
         ) from exc
 
 
-@app.task(name=VALIDATE_LEARNWARE.name, bind=True)
 def validate_learnware(self: Task, job_id: int) -> str:
     return _run(self, job_id, VALIDATE_LEARNWARE, learnware_pipeline.validate)
 
 
-@app.task(name=FIT_LEARNWARE_SPEC.name, bind=True)
 def fit_learnware_spec(self: Task, job_id: int) -> str:
     return _run(self, job_id, FIT_LEARNWARE_SPEC, learnware_pipeline.fit_spec)
 
 
-@app.task(name=FIT_TASK_SPEC.name, bind=True)
 def fit_task_spec(self: Task, job_id: int) -> str:
     return _run(self, job_id, FIT_TASK_SPEC, task_pipeline.fit_and_identify)
 
 
-@app.task(name=IDENTIFY_TASK.name, bind=True)
 def identify_task(self: Task, job_id: int) -> str:
     return _run(self, job_id, IDENTIFY_TASK, task_pipeline.identify)
 
 
-@app.task(name=REBUILD_INDEX.name, bind=True)
 def rebuild_index(self: Task, job_id: int) -> str:
     return _run(self, job_id, REBUILD_INDEX, index_pipeline.rebuild)
 
 
-@app.task(name=REUSE_MERGE.name, bind=True)
 def reuse_merge(self: Task, job_id: int) -> str:
     return _run(self, job_id, REUSE_MERGE, reuse_pipeline.merge)
 
 
-@app.task(name=REUSE_FINETUNE.name, bind=True)
 def reuse_finetune(self: Task, job_id: int) -> str:
     return _run(self, job_id, REUSE_FINETUNE, reuse_pipeline.finetune)
 
 
-@app.task(name=REUSE_TRANSFER.name, bind=True)
 def reuse_transfer(self: Task, job_id: int) -> str:
     return _run(self, job_id, REUSE_TRANSFER, reuse_pipeline.transfer)
+
+
+# The stage each task runs, by the stage's task name.
+TASKS: dict[Stage, StageTask] = {
+    VALIDATE_LEARNWARE: validate_learnware,
+    FIT_LEARNWARE_SPEC: fit_learnware_spec,
+    FIT_TASK_SPEC: fit_task_spec,
+    IDENTIFY_TASK: identify_task,
+    REBUILD_INDEX: rebuild_index,
+    REUSE_MERGE: reuse_merge,
+    REUSE_FINETUNE: reuse_finetune,
+    REUSE_TRANSFER: reuse_transfer,
+}
+
+
+def register(app: Celery) -> None:
+    """Register every stage's task on ``app`` (the worker's Celery app)."""
+    for stage, fn in TASKS.items():
+        app.task(name=stage.name, bind=True)(fn)
 
 
 _reaper: Reaper | None = None
 
 
 @signals.worker_ready.connect
-def _start_reaper(**_kwargs: object) -> None:
+def _start_reaper(sender: Any = None, **_kwargs: object) -> None:
     """The worker's main process re-queues jobs of dead workers (itself included, after a restart)."""
     global _reaper
-    _reaper = Reaper(runtime())
+    _reaper = Reaper(runtime(sender.app))
     _reaper.start()
 
 

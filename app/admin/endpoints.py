@@ -22,11 +22,13 @@ from app.admin.monitor import AdminMonitor, RequestHistory, WorkerInspector
 from app.admin.schemas import Charts, Overview
 from app.admin.settings import AdminSettings
 from app.api.deps import RuntimeDep, SessionDep
-from app.api.errors import NotFound
 from app.auth.dependencies import AdminKey
 from app.auth.service import authenticate, require_role
 from app.db.models import Role
+from app.errors import NotFound
 from app.runtime import Runtime
+from app.web.render import refuse_signed_in_non_admin
+from app.web.session import cookie_key
 
 STATIC = Path(__file__).parent / "static"
 _ASSETS = {"admin.js": "text/javascript", "admin.css": "text/css", "favicon.svg": "image/svg+xml"}
@@ -97,7 +99,10 @@ pages = APIRouter(include_in_schema=False, dependencies=[Depends(refuse_other_ro
 
 
 @pages.get("/admin", response_class=HTMLResponse)
-def admin_page() -> HTMLResponse:
+def admin_page(request: Request, session: SessionDep) -> HTMLResponse:
+    refused = refuse_signed_in_non_admin(request, cookie_key(request, session))
+    if refused is not None:
+        return refused
     return HTMLResponse((STATIC / "admin.html").read_text(encoding="utf-8"), headers=_PAGE_HEADERS)
 
 

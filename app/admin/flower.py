@@ -59,7 +59,7 @@ def flower_command(settings: AdminSettings) -> list[str] | None:
         return None
     port = url.port or (443 if url.scheme == "https" else 80)
     command = [
-        sys.executable, "-m", "celery", "-A", "workers.celery_app", "flower",
+        sys.executable, "-m", "celery", "-A", "workers.main", "flower",
         f"--address={host}", f"--port={port}", "--logging=warning",
     ]  # fmt: skip
     prefix = url.path.strip("/")

@@ -7,9 +7,7 @@ import logging
 import math
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
-from kombu.exceptions import ChannelError
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -28,30 +26,11 @@ from app.admin.schemas import (
 )
 from app.db.base import utcnow
 from app.db.models import Job, JobState, Learnware, LearnwareStatus, SpecSpaceRecord
+from app.jobs.dispatch import queue_depths
 from app.jobs.stages import QUEUES
 from app.runtime import Runtime
 
 log = logging.getLogger(__name__)
-
-_BROKER_TIMEOUT_S = 2.0
-
-
-def broker_depths(celery_app: Any) -> dict[str, int]:
-    """Messages waiting per queue, asked of the broker without creating anything: a passive
-    declare, which is an LLEN on Redis and a count of the queue's files on the embedded broker.
-    A queue the broker does not know (a Redis list is removed when emptied) holds nothing."""
-    depths: dict[str, int] = {}
-    with celery_app.connection_for_read() as conn:
-        conn.ensure_connection(max_retries=1, timeout=_BROKER_TIMEOUT_S)
-        for queue in QUEUES:
-            channel = conn.channel()
-            try:
-                depths[queue] = int(channel.queue_declare(queue=queue, passive=True).message_count)
-            except ChannelError:
-                depths[queue] = 0
-            finally:
-                channel.close()
-    return depths
 
 
 def queues(session: Session, runtime: Runtime) -> tuple[list[QueueRead], str | None]:
@@ -75,7 +54,7 @@ def queues(session: Session, runtime: Runtime) -> tuple[list[QueueRead], str | N
     error = None
     depths: dict[str, int] = {}
     try:
-        depths = broker_depths(runtime.celery)
+        depths = queue_depths(runtime.celery)
     except Exception as exc:
         log.warning("queue depths unavailable: %s", exc)
         error = f"{type(exc).__name__}: {exc}"

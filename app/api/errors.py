@@ -1,7 +1,7 @@
-"""The service's errors and the one place that turns every dock error into an HTTP response.
+"""The one place that turns every dock error into an HTTP response.
 
-Services raise these (or the ML core's ``DockError`` family); the handlers below map each class
-to a status and a stable body ``{"error": {"code": ..., "message": ...}}``.
+Services raise the dock's error family (``app.errors``); the handlers below map each class to a
+status and a stable body ``{"error": {"code": ..., "message": ...}}``.
 """
 
 from __future__ import annotations
@@ -14,40 +14,23 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.ml.errors import (
+from app.errors import (
+    Conflict,
     DockError,
+    Forbidden,
     IncompatibleSpec,
+    InputError,
     InvalidInput,
     InvalidPackage,
+    NotFound,
+    PayloadTooLarge,
+    ServiceUnavailable,
+    Unauthorized,
     UnknownBase,
     UnsafePackage,
 )
 
 log = logging.getLogger(__name__)
-
-
-class Unauthorized(DockError):
-    """No API key, an unknown one, a revoked one or an expired one."""
-
-
-class Forbidden(DockError):
-    """The key's role or ownership does not allow this."""
-
-
-class NotFound(DockError):
-    """No such resource (or not visible to this key)."""
-
-
-class Conflict(DockError):
-    """The request conflicts with the current state (a duplicate, a finished job)."""
-
-
-class PayloadTooLarge(DockError):
-    """An upload over the configured limit."""
-
-
-class ServiceUnavailable(DockError):
-    """A dependency (database, broker, store) cannot be reached."""
 
 
 # Most specific class first: the first match wins.
@@ -62,6 +45,7 @@ ERROR_MAP: list[tuple[type[DockError], int, str]] = [
     (IncompatibleSpec, 422, "incompatible_spec"),
     (InvalidInput, 422, "invalid_input"),
     (UnknownBase, 422, "unknown_base"),
+    (InputError, 422, "invalid_input"),
     (ServiceUnavailable, 503, "service_unavailable"),
 ]
 

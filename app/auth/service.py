@@ -13,10 +13,10 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.orm import Session
 
-from app.api.errors import Forbidden, NotFound, Unauthorized
 from app.auth import repository
 from app.db.base import utcnow
 from app.db.models import ApiKey, Role
+from app.errors import Forbidden, NotFound, Unauthorized
 
 TOKEN_PREFIX = "pdk_"
 _TOUCH_EVERY = timedelta(minutes=1)

@@ -28,7 +28,7 @@ import logging
 import shutil
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -165,13 +165,6 @@ class Learnware:
         return f"{self.task}-{self.family}-{'corrupted' if self.corrupted else 'good'}"
 
 
-@dataclass
-class UserResult:
-    task: str
-    seed: int
-    methods: dict[str, dict[str, float]] = field(default_factory=dict)
-
-
 class Cache:
     """Files under one folder, keyed by name: learnware packages, predictions, specs, scores."""
 
@@ -282,7 +275,7 @@ class Market:
             )
 
     def _package(self, name: str, family: str, corrupted: bool) -> Path:
-        from app.ml import builders
+        from app.bench import builders
 
         path = self.cache.path("packages", f"{name}-{family}-{'corrupted' if corrupted else 'good'}.zip")
         if path.is_file():
@@ -376,13 +369,6 @@ class Market:
                 ).vector
             ),
         )
-
-
-def _rank_of(matches: list[Match], lw_id: int) -> int:
-    for rank, match in enumerate(matches):
-        if match.id == lw_id:
-            return rank
-    return len(matches)
 
 
 def _tie_block(ranking: list[Match], position: int) -> tuple[int, int]:

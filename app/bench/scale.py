@@ -93,7 +93,7 @@ def _serve(data_dir: Path, port: int, log: Path, workers: int) -> subprocess.Pop
         "PAVEDOCK_DATABASE_URL": "",
         "PAVEDOCK_BROKER_URL": "",
     }
-    command = [sys.executable, "-m", "uvicorn", "app.api.main:create_app", "--factory", "--host", "127.0.0.1"]
+    command = [sys.executable, "-m", "uvicorn", "app.main:create_app", "--factory", "--host", "127.0.0.1"]
     command += ["--port", str(port), "--log-level", "warning", "--workers", str(workers)]
     with log.open("wb") as out:
         return subprocess.Popen(

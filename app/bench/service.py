@@ -232,7 +232,7 @@ def _serve(data_dir: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
                 sys.executable,
                 "-m",
                 "uvicorn",
-                "app.api.main:create_app",
+                "app.main:create_app",
                 "--factory",
                 "--host",
                 "127.0.0.1",

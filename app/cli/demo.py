@@ -8,13 +8,16 @@ posts a few-shot task from one dataset's test split as a user and prints the ran
 from __future__ import annotations
 
 import json
-import os
 import shlex
 from collections.abc import Callable
 from pathlib import Path
+from typing import Annotated
 
+import typer
 from rich.console import Console
 
+from app.cli.common import DEFAULT_URL, Url, console, datasets_dir, print_matches
+from app.cli.keys import create_key_in_db
 from app.client import DockAPIError, DockClient
 
 # (dataset, family): five small learnwares for five different tasks.
@@ -30,18 +33,13 @@ QUERY_TASK = "ag_news"
 TRAIN_LIMIT = 2000
 
 
-def _datasets_dir(explicit: Path | None) -> Path:
-    from app.settings import get_settings
-
-    for candidate in (explicit, os.environ.get("PAVEDOCK_DATASETS_DIR"), get_settings().datasets_dir):
-        if candidate and Path(candidate).is_dir():
-            return Path(candidate).resolve()
-    raise SystemExit("no datasets folder: pass --datasets or set PAVEDOCK_DATASETS_DIR")
+def register(app: typer.Typer) -> None:
+    app.command("demo")(demo)
 
 
 def build_learnware(datasets: Path, name: str, family: str, out: Path) -> Path:
     """Train one demo learnware (cached: an existing zip is reused)."""
-    from app.ml import builders
+    from app.bench import builders
     from app.ml.data import load_task
 
     if out.is_file():
@@ -62,8 +60,6 @@ def _keys(url: str, admin_key: str | None) -> tuple[str, str]:
                 admin.create_key("developer", "demo developer").token,
                 admin.create_key("user", "demo user").token,
             )
-    from app.cli.service import create_key_in_db
-
     return create_key_in_db("developer", "demo developer"), create_key_in_db("user", "demo user")
 
 
@@ -72,7 +68,7 @@ def run_demo(
 ) -> None:
     from app.ml.data import few_shot, load_task
 
-    data = _datasets_dir(datasets)
+    data = datasets_dir(datasets)
     with DockClient(url, None) as probe:
         try:
             ready = probe.ready()
@@ -111,8 +107,6 @@ def run_demo(
     with DockClient(url, user) as client:
         posted = client.task(query.texts, [int(y) for y in query.labels], query.label_names)
         result = client.wait_task(posted.task_id, timeout=900)
-    from app.cli.service import print_matches
-
     print_matches(result.matches)
     best = result.matches[0].learnware_id if result.matches else 1
     console.print(
@@ -123,3 +117,23 @@ def run_demo(
         f"developer key (pavedock submit PACKAGE --key …): {developer}",
         soft_wrap=True,
     )
+
+
+def demo(
+    datasets: Annotated[
+        Path | None, typer.Option(help="datasets folder (default: ../shared/datasets)")
+    ] = None,
+    url: Url = DEFAULT_URL,
+    key: Annotated[
+        str | None,
+        typer.Option(
+            "--key", envvar="PAVEDOCK_ADMIN_KEY", help="an admin key (default: make keys in the local DB)"
+        ),
+    ] = None,
+    lora: Annotated[bool, typer.Option(help="add a LoRA learnware (a few minutes more on a CPU)")] = False,
+    cache: Annotated[Path, typer.Option(help="where the trained demo packages are kept")] = Path(
+        ".cache/pavedock/demo"
+    ),
+) -> None:
+    """Seed a running dock with a small real market (trained on real datasets), then identify."""
+    run_demo(url=url, admin_key=key, datasets=datasets, lora=lora, cache=cache, console=console)

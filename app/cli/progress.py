@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 from tqdm import tqdm
 
+from app.ml.progress import Progress
+
 
 @contextmanager
-def progress_bar(description: str) -> Iterator[Callable[[int, int, str], None]]:
+def progress_bar(description: str) -> Iterator[Progress]:
     bar = tqdm(desc=description, unit="step", dynamic_ncols=True)
 
     def report(done: int, total: int, message: str) -> None:

@@ -11,16 +11,17 @@ import typer
 if TYPE_CHECKING:
     from app.client import DockClient
 
-from app.cli.service import (
+from app.cli.common import (
     DEFAULT_URL,
     Key,
     Url,
-    _client,
-    _label_names,
-    _read_few_shot,
-    _wait_and_report,
     console,
+    label_names_option,
+    open_client,
+    read_few_shot,
+    wait_and_report,
 )
+from app.cli.inputs import bad_input, read_jsonl_objects
 
 Params = Annotated[
     str, typer.Option("--params", help='method parameters as JSON, e.g. \'{"alpha": 1.2, "pact": true}\'')
@@ -50,7 +51,7 @@ def _params(value: str) -> dict[str, object]:
 def _finish(client: DockClient, job_id: int, wait: bool) -> None:
     console.print(f"job {job_id} queued")
     if wait:
-        job = _wait_and_report(client, job_id, timeout=3600.0)
+        job = wait_and_report(client, job_id, timeout=3600.0)
         if job.state.value != "succeeded":
             raise typer.Exit(1)
         console.print_json(data=job.result)
@@ -58,7 +59,7 @@ def _finish(client: DockClient, job_id: int, wait: bool) -> None:
 
 def merge_methods(url: Url = DEFAULT_URL, key: Key = None) -> None:
     """List the merge methods and their parameters."""
-    with _client(url, key) as client:
+    with open_client(url, key) as client:
         for method in client.merge_methods():
             console.print(f"[bold]{method.name}[/bold]: {method.help}")
             for name, schema in method.params.get("properties", {}).items():
@@ -83,7 +84,7 @@ def merge(
     body = MergeCreate(
         learnware_ids=learnware_ids, method=method, params=_params(params), name=name, private=private
     )
-    with _client(url, key) as client:
+    with open_client(url, key) as client:
         _finish(client, client.merge(body).job_id, wait)
 
 
@@ -101,17 +102,17 @@ def finetune(
     """Fine-tune a learnware on your shots (PAVE♦) into your private learnware."""
     from app.reuse.schemas import FinetuneCreate
 
-    texts, labels = _read_few_shot(few_shot)
+    texts, labels = read_few_shot(few_shot)
     body = FinetuneCreate(
         learnware_id=learnware_id,
         texts=texts,
         labels=labels,
-        label_names=_label_names(label_names),
+        label_names=label_names_option(label_names),
         steps=steps,
         holdout=holdout,
         name=name,
     )
-    with _client(url, key) as client:
+    with open_client(url, key) as client:
         _finish(client, client.finetune(body).job_id, wait)
 
 
@@ -133,7 +134,11 @@ def transfer(
     """Move a LoRA learnware onto another base, calibrated on a few inputs."""
     from app.reuse.schemas import TransferCreate
 
-    rows = [json.loads(line) for line in calibration.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = []
+    for number, row in read_jsonl_objects(calibration):
+        if "text" not in row:
+            bad_input(f'{calibration} line {number}: need "text"')
+        rows.append(row)
     labelled = all("label" in row for row in rows)
     body = TransferCreate(
         learnware_id=learnware_id,
@@ -144,7 +149,7 @@ def transfer(
         labels=[row["label"] for row in rows] if labelled else None,
         name=name,
     )
-    with _client(url, key) as client:
+    with open_client(url, key) as client:
         _finish(client, client.transfer(body).job_id, wait)
 
 
@@ -170,11 +175,11 @@ def reuse(
     learnwares), and compare them with the top-1 used as it is on held-out shots."""
     from app.reuse.schemas import TaskReuseCreate
 
-    texts, labels = _read_few_shot(few_shot)
+    texts, labels = read_few_shot(few_shot)
     body = TaskReuseCreate(
         texts=texts,
         labels=labels,
-        label_names=_label_names(label_names),
+        label_names=label_names_option(label_names),
         finetune=finetune,
         finetune_steps=steps,
         merge_k=merge_k,
@@ -182,7 +187,7 @@ def reuse(
         merge_params=_params(params),
         holdout=holdout,
     )
-    with _client(url, key) as client:
+    with open_client(url, key) as client:
         submitted = client.reuse_task(task_id, body)
         for reason in submitted.skipped:
             console.print(f"[yellow]skipped {reason}[/yellow]")
@@ -196,7 +201,7 @@ def reuse(
         rows: list[tuple[str, object]] = []
         failed = False
         for what, choice in parts:
-            job = _wait_and_report(client, choice.job_id, timeout=3600.0)
+            job = wait_and_report(client, choice.job_id, timeout=3600.0)
             if job.state.value != "succeeded" or job.result is None:
                 failed = True
                 continue

@@ -159,6 +159,12 @@ class Learnware(TimestampMixin, Base):
     """The space's ``index_version`` at this learnware's last index change (add or remove)."""
     private: Mapped[bool] = mapped_column(default=False)
     """Seen by its owner (and admins) alone, never indexed: a user's own merge or fine-tune."""
+    download_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """Package downloads (API and web), for the market's "most downloaded" order."""
+    ranked_first_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """Tasks that ranked this learnware first, for the market's "most often ranked first" order."""
+    lineage: Mapped[dict[str, Any] | None] = mapped_column()
+    """Where a reuse job's result came from: ``{"kind": "merge"|"finetune"|"transfer", "from": [ids]}``."""
     ready_at: Mapped[datetime | None]
     deleted_at: Mapped[datetime | None]
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from app.errors import InvalidInput
 from app.jobs import service as jobs
 from app.jobs.runner import JobContext
-from app.ml.errors import InvalidInput
 
 
 def rebuild(ctx: JobContext) -> None:

@@ -29,9 +29,9 @@ import numpy as np
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from app.api.errors import NotFound
 from app.db.models import Learnware, LearnwareStatus, Spec, SpecSpaceRecord
 from app.db.session import Database
+from app.errors import NotFound
 from app.ml.binary_index import SIGN_BITS, BinarySpecIndex, encoding_of_config, spec_from_bytes
 from app.ml.identify import Match, SpecIndex
 

@@ -7,18 +7,21 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from kombu.exceptions import ChannelError
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from app.jobs.stages import Stage
+from app.jobs.stages import QUEUES, Stage
 
 log = logging.getLogger(__name__)
 
 _PENDING = "pavedock_pending_jobs"
 DISPATCHER = "pavedock_dispatcher"
+BROKER_TIMEOUT_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -48,17 +51,22 @@ class CeleryDispatcher:
         )
 
 
-def queue_depths(celery_app: Any, queues: tuple[str, ...]) -> dict[str, int | None]:
-    """Messages waiting per queue, asked of the broker (a passive declare creates nothing);
-    None where the broker could not say."""
-    depths: dict[str, int | None] = {}
+def queue_depths(celery_app: Any, queues: Sequence[str] = QUEUES) -> dict[str, int]:
+    """Messages waiting per queue, asked of the broker without creating anything: a passive
+    declare, which is an LLEN on Redis and a count of the queue's files on the embedded broker.
+    A queue the broker does not know (a Redis list is removed when emptied) holds nothing; a
+    broker that cannot be reached raises (it is not a zero)."""
+    depths: dict[str, int] = {}
     with celery_app.connection_for_read() as conn:
-        channel = conn.default_channel
+        conn.ensure_connection(max_retries=1, timeout=BROKER_TIMEOUT_S)
         for queue in queues:
+            channel = conn.channel()
             try:
                 depths[queue] = int(channel.queue_declare(queue=queue, passive=True).message_count)
-            except Exception:
-                depths[queue] = None
+            except ChannelError:
+                depths[queue] = 0
+            finally:
+                channel.close()
     return depths
 
 

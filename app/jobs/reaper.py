@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping
 from datetime import timedelta
 
 from app.jobs import service
@@ -18,7 +19,7 @@ log = logging.getLogger(__name__)
 def reap_once(runtime: Runtime) -> service.ReapReport:
     settings = runtime.settings
     try:
-        waiting: dict[str, int | None] = queue_depths(runtime.celery, QUEUES)
+        waiting: Mapping[str, int | None] = queue_depths(runtime.celery)
     except Exception:  # broker unreachable: do not re-send blindly
         waiting = dict.fromkeys(QUEUES)
     with runtime.db.session() as session:

@@ -22,24 +22,14 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 
 from app.db.models import Job
+from app.errors import DockError, InputError
 from app.jobs import service
 from app.jobs.service import Claim, JobLost
 from app.jobs.stages import Stage
-from app.ml.errors import (
-    DockError,
-    IncompatibleSpec,
-    InvalidInput,
-    InvalidPackage,
-    UnknownBase,
-    UnsafePackage,
-)
+from app.ml.progress import Progress
 from app.runtime import Runtime
 
 log = logging.getLogger(__name__)
-
-# The submitter's input was at fault: the learnware is "rejected" rather than "failed".
-INPUT_ERRORS = (InvalidPackage, UnsafePackage, IncompatibleSpec, InvalidInput, UnknownBase)
-
 
 # Errors that say "try again later": the database, the broker or the store could not be reached.
 TRANSIENT: tuple[type[BaseException], ...] = (
@@ -97,7 +87,7 @@ class JobContext:
         for line in lines:
             log.info("job %s: %s", self.claim.job_id, line)
 
-    def scaled(self, start: float, end: float, label: str) -> Callable[[int, int, str], None]:
+    def scaled(self, start: float, end: float, label: str) -> Progress:
         """A progress callback for the ML core (``step, total, message``) mapped onto [start, end]."""
 
         def report(step: int, total: int, message: str) -> None:
@@ -191,7 +181,7 @@ def run_stage(runtime: Runtime, job_id: int, stage: Stage, fn: StageFn, *, worke
         if not isinstance(exc, DockError | DBAPIError):
             log.exception("job %s: %s failed", job_id, stage.name)
         with runtime.db.session() as session:
-            service.fail(session, job_id, claimed.attempt, reason, rejected=isinstance(exc, INPUT_ERRORS))
+            service.fail(session, job_id, claimed.attempt, reason, rejected=isinstance(exc, InputError))
         return "failed"
     finally:
         beat.stop()

@@ -17,9 +17,9 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from app.api.errors import Conflict, Forbidden, NotFound
 from app.db.base import utcnow
 from app.db.models import ApiKey, Job, JobState, Learnware, LearnwareStatus, Role, TaskStatus, UserTask
+from app.errors import Conflict, Forbidden, NotFound
 from app.jobs.dispatch import enqueue
 from app.jobs.stages import Stage, stage
 
@@ -318,11 +318,6 @@ def _fail_subject(session: Session, job: Job, reason: str, *, rejected: bool) ->
             .values(status=TaskStatus.failed, error=reason, updated_at=utcnow())
             .execution_options(synchronize_session=False)
         )
-
-
-def is_active(session: Session, claim_: Claim) -> bool:
-    job = session.get(Job, claim_.job_id, populate_existing=True)
-    return job is not None and job.state == JobState.running and job.attempts == claim_.attempt
 
 
 # ---- the reaper -------------------------------------------------------------------------------

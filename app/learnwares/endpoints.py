@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import math
 from typing import Annotated
 
 from fastapi import APIRouter, File, Query, UploadFile
 from fastapi.responses import StreamingResponse
 
 from app.api.deps import RuntimeDep, SessionDep
-from app.api.uploads import saved_upload
+from app.api.uploads import OptionalSpecFile, saved_upload
 from app.auth.dependencies import AdminKey, CurrentKey, DeveloperKey
 from app.db.models import LearnwareStatus
-from app.learnwares import repository, service
+from app.learnwares import service
+from app.learnwares.browse import BrowseQuery, Sort, browse
 from app.learnwares.schemas import LearnwareRead, LearnwareSubmitted, Page, Pagination, ReviewDecision
 from app.spec_spaces.service import stored_encoding
 
@@ -25,31 +25,19 @@ def submit_learnware(
     session: SessionDep,
     key: DeveloperKey,
     package: Annotated[UploadFile, File(description="the learnware package zip (learnware.yaml + model)")],
-    spec: Annotated[
-        UploadFile | None,
-        File(description="optional: a spec computed locally (PaveSpec.save's .safetensors file)"),
-    ] = None,
+    spec: OptionalSpecFile,
 ) -> LearnwareSubmitted:
     """Submit a learnware package; it is checked now and validated, specified and indexed by a job."""
     settings = runtime.settings
-    with (
-        saved_upload(
-            package,
-            settings.scratch_dir,
-            max_bytes=settings.max_upload_bytes,
-            what="package",
-            filename="package.zip",
-        ) as zip_path,
-        saved_upload(
-            spec,
-            settings.scratch_dir,
-            max_bytes=settings.max_spec_upload_bytes,
-            what="spec",
-            filename="spec.safetensors",
-        ) as spec_path,
-    ):
+    with saved_upload(
+        package,
+        settings.scratch_dir,
+        max_bytes=settings.max_upload_bytes,
+        what="package",
+        filename="package.zip",
+    ) as zip_path:
         assert zip_path is not None
-        learnware, job = service.submit(session, runtime, key, zip_path, spec_path)
+        learnware, job = service.submit(session, runtime, key, zip_path, spec)
         return LearnwareSubmitted(
             learnware_id=learnware.id,
             job_id=job.id,
@@ -68,30 +56,50 @@ def list_learnwares(
     task_type: str | None = None,
     model_format: str | None = None,
     tag: str | None = None,
-    q: Annotated[str | None, Query(max_length=200, description="text in the name or description")] = None,
+    q: Annotated[
+        str | None,
+        Query(
+            max_length=200, description="words in the name, description, tags or label names (all of them)"
+        ),
+    ] = None,
     space_id: str | None = None,
+    base_model: str | None = None,
+    license: str | None = None,
+    n_classes: Annotated[int | None, Query(ge=2, description="number of label names")] = None,
+    label: Annotated[list[str], Query(description="label names every result has (case-insensitive)")] = [],  # noqa: B006
+    owner_id: int | None = None,
+    sort: Annotated[
+        Sort, Query(description="newest, downloads, ranked_first (most often ranked first) or name")
+    ] = "newest",
     page: Annotated[int, Query(ge=1)] = 1,
     limit: Annotated[int, Query(ge=1, le=200)] = 20,
 ) -> Page[LearnwareRead]:
-    """Ready learnwares (and your own in any state; admins see all), newest first."""
-    rows, total = repository.search(
+    """Ready learnwares (and your own in any state; admins see all), newest first unless sorted."""
+    found = browse(
         session,
         key,
-        status=status,
-        mine=mine,
-        task_type=task_type,
-        model_format=model_format,
-        tag=tag,
-        q=q,
-        space_id=space_id,
-        offset=(page - 1) * limit,
-        limit=limit,
+        BrowseQuery(
+            q=q or "",
+            task_type=task_type or "",
+            model_format=model_format or "",
+            base_model=base_model or "",
+            space_id=space_id or "",
+            n_classes=n_classes,
+            labels=tuple(label),
+            license=license or "",
+            tag=tag or "",
+            owner_id=owner_id,
+            status=status,
+            mine=mine,
+            sort=sort,
+            page=page,
+            per_page=limit,
+            clamp=False,
+        ),
     )
     return Page[LearnwareRead](
-        items=[LearnwareRead.model_validate(r) for r in rows],
-        pagination=Pagination(
-            total_count=total, page=page, limit=limit, max_page=max(1, math.ceil(total / limit))
-        ),
+        items=[LearnwareRead.model_validate(r) for r in found.items],
+        pagination=Pagination(total_count=found.total, page=page, limit=limit, max_page=found.pages),
     )
 
 
@@ -110,8 +118,7 @@ def download_package(
     learnware_id: int, key: CurrentKey, session: SessionDep, runtime: RuntimeDep
 ) -> StreamingResponse:
     """Download the learnware's package zip (its sha256 is in the ``X-Content-SHA256`` header)."""
-    learnware = service.get_visible(session, key, learnware_id)
-    stream = runtime.store.open(learnware.package_sha256)
+    learnware, stream = service.open_package(session, runtime, key, learnware_id)
 
     def chunks() -> object:
         try:

@@ -3,21 +3,17 @@
 1. ``validate`` (cpu queue): extract the stored package again, load it with the runner of its
    format (no uploaded code runs) and predict on its declared inputs; the predictions are stored.
 2. ``fit_spec`` (gpu queue): keep the developer's spec after checking it, or fit the spec to the
-   model's own predictions (``fit_pave_spec(kind="model")``); then mark the learnware ready and
+   model's own predictions on the declared inputs (``fit_pave_spec(kind="model")``; only the
+   inputs member is read, the model is not unpacked again); then mark the learnware ready and
    stamp it into its space's index (or leave it awaiting review).
 """
 
 from __future__ import annotations
 
 import io
-import shutil
-import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,14 +22,15 @@ from sqlalchemy.orm import Session
 
 from app.db.base import utcnow
 from app.db.models import Learnware, LearnwareStatus, Spec, SpecKind, SpecSource, SpecSpaceRecord
+from app.errors import IncompatibleSpec, InvalidPackage
 from app.index.registry import bump_index_version, vector_from_bytes
 from app.jobs import service as jobs
 from app.jobs.runner import JobContext
 from app.jobs.stages import FIT_LEARNWARE_SPEC
-from app.learnwares.service import package_limits, spec_row
+from app.learnwares.packages import extracted, scratch_folder
+from app.learnwares.service import spec_row
 from app.ml.binary_index import encoding_of_config
-from app.ml.errors import IncompatibleSpec, InvalidPackage
-from app.ml.packages import LearnwarePackage, extract_package
+from app.ml.packages import read_package_inputs
 from app.spec_spaces.service import check_spec
 
 _PREDICT_BATCH = 64
@@ -45,20 +42,6 @@ def _learnware(session: Session, ctx: JobContext) -> Learnware:
     if learnware is None:
         raise InvalidPackage(f"learnware {ctx.learnware_id} no longer exists")
     return learnware
-
-
-@contextmanager
-def extracted(ctx: JobContext, sha256: str) -> Iterator[LearnwarePackage]:
-    """A stored package fetched and extracted (checked again) into the job's scratch folder,
-    removed when the block ends."""
-    settings = ctx.runtime.settings
-    settings.scratch_dir.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f"job-{ctx.claim.job_id}-", dir=settings.scratch_dir))
-    try:
-        zip_path = ctx.runtime.store.fetch(sha256, scratch / "package.zip")
-        yield extract_package(zip_path, scratch / "package", package_limits(settings))
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
 @dataclass(frozen=True)
@@ -116,7 +99,7 @@ def validate(ctx: JobContext) -> None:
     if snap is None:
         return
     ctx.progress(0.02, "extracting the package", force=True)
-    with extracted(ctx, snap.package_sha256) as package:
+    with extracted(ctx.runtime, snap.package_sha256, label=f"job-{ctx.claim.job_id}") as package:
         manifest = package.manifest
         started = time.perf_counter()
         runner = load_runner(package)
@@ -196,8 +179,11 @@ def _fit(ctx: JobContext, snap: _Snapshot) -> tuple[np.ndarray, dict[str, Any]]:
             f"this worker's space is {space.id}, the learnware's is {snap.space_id} (another base?)"
         )
     targets = _load_predictions(ctx, snap.predictions_sha256)
-    with extracted(ctx, snap.package_sha256) as package:
-        texts = package.inputs[: min(ctx.runtime.settings.spec_fit_inputs, len(targets))]
+    with scratch_folder(ctx.runtime, label=f"job-{ctx.claim.job_id}") as scratch:
+        zip_path = ctx.runtime.store.fetch(snap.package_sha256, scratch / "package.zip")
+        # Only the inputs member is read: validation already unpacked and checked the model.
+        inputs = read_package_inputs(zip_path, ctx.runtime.settings.package_limits())
+    texts = inputs[: min(ctx.runtime.settings.spec_fit_inputs, len(targets))]
     spec = fit_pave_spec(
         space,
         texts,

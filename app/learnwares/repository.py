@@ -24,47 +24,6 @@ def visible_to(key: ApiKey) -> ColumnElement[bool]:
     )
 
 
-def search(
-    session: Session,
-    key: ApiKey,
-    *,
-    status: LearnwareStatus | None,
-    mine: bool,
-    task_type: str | None,
-    model_format: str | None,
-    tag: str | None,
-    q: str | None,
-    space_id: str | None,
-    offset: int,
-    limit: int,
-) -> tuple[Sequence[Learnware], int]:
-    query = select(Learnware).where(visible_to(key))
-    if status is not None:
-        query = query.where(Learnware.status == status)
-    if mine:
-        query = query.where(Learnware.owner_id == key.id)
-    if task_type:
-        query = query.where(Learnware.task_type == task_type)
-    if model_format:
-        query = query.where(Learnware.model_format == model_format)
-    if space_id:
-        query = query.where(Learnware.space_id == space_id)
-    if q:
-        pattern = f"%{q.lower()}%"
-        query = query.where(
-            or_(func.lower(Learnware.name).like(pattern), func.lower(Learnware.description).like(pattern))
-        )
-    rows: Sequence[Learnware]
-    if tag:
-        # Tags are a JSON list: filter in Python after the SQL filters (portable across backends).
-        all_rows = session.scalars(query.order_by(Learnware.id.desc())).all()
-        matching = [r for r in all_rows if tag in (r.tags or [])]
-        return matching[offset : offset + limit], len(matching)
-    total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
-    rows = session.scalars(query.order_by(Learnware.id.desc()).offset(offset).limit(limit)).all()
-    return rows, int(total)
-
-
 def ready_by_ids(session: Session, ids: Sequence[int]) -> dict[int, Learnware]:
     if not ids:
         return {}

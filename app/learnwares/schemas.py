@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -47,6 +47,12 @@ class LearnwareRead(BaseModel):
         description="true: the dock fitted the spec; false: the developer's uploaded spec was verified and kept"
     )
     validation_log: list[str]
+    download_count: int = Field(default=0, description="downloads of its package")
+    ranked_first_count: int = Field(default=0, description="tasks that ranked it first")
+    lineage: dict[str, Any] | None = Field(
+        default=None,
+        description="for a reuse job's result: the kind of job and the learnwares it came from",
+    )
     created_at: datetime
     updated_at: datetime
     ready_at: datetime | None

@@ -1,7 +1,8 @@
 """Learnware operations behind the endpoints: submit, read, download, delete, review.
 
-A submission is checked in the request (zip safety, manifest, layout, an uploaded spec's space,
-shape and values), so every bad package is refused with its reason before anything is stored.
+A submission is checked in the request (zip safety, manifest, layout, the content checks of
+``app.ml.package_content``, an uploaded spec's space, shape and values), so every bad package is
+refused with its reason before anything is stored.
 Running the model and fitting the spec happen in the worker (``pipeline``).
 """
 
@@ -11,37 +12,28 @@ import hashlib
 import shutil
 import tempfile
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-from app.api.errors import Conflict, Forbidden, NotFound
 from app.db.base import utcnow
 from app.db.models import ApiKey, Job, JobState, Learnware, LearnwareStatus, Role, Spec, SpecKind, SpecSource
 from app.db.session import on_commit
+from app.errors import Conflict, Forbidden, InvalidPackage, NotFound
 from app.index.registry import bump_index_version
 from app.jobs import service as jobs
 from app.jobs.stages import VALIDATE_LEARNWARE
 from app.learnwares import repository
 from app.ml.binary_index import FLOAT32, SIGN_BITS, is_sign_vector, spec_to_bytes
-from app.ml.errors import InvalidPackage
-from app.ml.packages import LearnwarePackage, PackageLimits, extract_package
+from app.ml.packages import LearnwarePackage, extract_package
+from app.ml.pave import UploadedSpec, read_spec_file
 from app.runtime import Runtime
-from app.settings import Settings
 from app.spec_spaces import service as spaces
-from app.spec_spaces.service import UploadedSpec
 from app.storage.store import sha256_file
 
 INGEST = "learnware.ingest"
-
-
-def package_limits(settings: Settings) -> PackageLimits:
-    return PackageLimits(
-        max_total_bytes=settings.package_max_unpacked_bytes,
-        max_members=settings.package_max_members,
-        max_ratio=settings.package_max_ratio,
-    )
 
 
 def spec_row(
@@ -74,7 +66,7 @@ def _check_package(runtime: Runtime, zip_path: Path) -> tuple[LearnwarePackage, 
     """Extract into a scratch folder (the caller removes it); refuse what the dock cannot run."""
     scratch = Path(tempfile.mkdtemp(prefix="check-", dir=runtime.settings.scratch_dir))
     try:
-        package = extract_package(zip_path, scratch / "package", package_limits(runtime.settings))
+        package = extract_package(zip_path, scratch / "package", runtime.settings.package_limits())
         if not package.inputs:
             raise InvalidPackage(
                 "the manifest declares no inputs: the dock runs the model on them to validate it "
@@ -82,7 +74,7 @@ def _check_package(runtime: Runtime, zip_path: Path) -> tuple[LearnwarePackage, 
             )
         packaged_spec = None
         if package.spec_stem is not None:
-            packaged_spec = spaces.read_spec_file(package.spec_stem.with_suffix(".safetensors"))
+            packaged_spec = read_spec_file(package.spec_stem.with_suffix(".safetensors"))
         return package, packaged_spec, scratch
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -104,11 +96,12 @@ def submit(
     """
     package, packaged_spec, scratch = _check_package(runtime, package_zip)
     try:
-        uploaded = spaces.read_spec_file(spec_file) if spec_file is not None else packaged_spec
-        record = spaces.space_for_spec(
-            session, uploaded.space_id if uploaded else None, runtime.default_space_id
-        )
-        vector = spaces.check_spec(uploaded.vector, record, uploaded.space_id) if uploaded else None
+        uploaded = read_spec_file(spec_file) if spec_file is not None else packaged_spec
+        vector = None
+        if uploaded is not None:
+            record, vector = spaces.check_uploaded(session, uploaded, runtime.default_space_id)
+        else:
+            record = spaces.space_for_spec(session, None, runtime.default_space_id)
         manifest = package.manifest
         existing = repository.duplicate_of(session, owner.id, sha256_file(package_zip))
         if existing is not None:
@@ -175,6 +168,21 @@ def get_visible(session: Session, key: ApiKey, learnware_id: int) -> Learnware:
     if hidden and key.role != Role.admin and learnware.owner_id != key.id:
         raise NotFound(f"no learnware {learnware_id}")
     return learnware
+
+
+def open_package(
+    session: Session, runtime: Runtime, key: ApiKey, learnware_id: int
+) -> tuple[Learnware, BinaryIO]:
+    """A learnware this key may see and its package stream; counts the download (the caller commits)."""
+    learnware = get_visible(session, key, learnware_id)
+    stream = runtime.store.open(learnware.package_sha256)
+    session.execute(
+        update(Learnware)
+        .where(Learnware.id == learnware.id)
+        .values(download_count=Learnware.download_count + 1)
+        .execution_options(synchronize_session=False)
+    )
+    return learnware, stream
 
 
 def _require_owner(key: ApiKey, learnware: Learnware, action: str) -> None:

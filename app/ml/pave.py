@@ -27,15 +27,18 @@ from typing import Any, Literal
 import numpy as np
 import torch
 import torch.nn.functional as F
+from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
+from app.ml.binary_index import FLOAT32, SIGN_BITS
 from app.ml.encoders import check_texts, mean_pool, token_batches
 from app.ml.errors import IncompatibleSpec, InvalidInput
 from app.ml.head import check_label_names
+from app.ml.progress import Progress
+from app.ml.safetensors_header import read_safetensors_header
 from app.ml.spec_space import FitRecipe, SpecSpace, check_vector
 
 SpecKind = Literal["model", "task"]
-Progress = Callable[[int, int, str], None]
 
 
 @dataclass
@@ -63,9 +66,12 @@ class PaveSpec:
     def load(cls, path: Path) -> PaveSpec:
         path = Path(path)
         try:
+            # The header first: a declared shape its bytes do not hold is refused in words, not
+            # left to the loader's 64-bit arithmetic.
+            read_safetensors_header(path.with_suffix(".safetensors"), f"spec {path}", error=IncompatibleSpec)
             arrays = load_file(str(path.with_suffix(".safetensors")))
             info = json.loads(path.with_suffix(".json").read_text())
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, SafetensorError) as exc:
             raise IncompatibleSpec(f"cannot read spec at {path}: {exc}") from exc
         if "pave" not in arrays:
             raise IncompatibleSpec(f"{path} holds no 'pave' tensor")
@@ -241,3 +247,42 @@ def _adam_steps(
         optimizer.step()
         if progress:
             progress(step + 1, recipe.steps, f"AdamW step, loss {loss.item():.3f}")
+
+
+@dataclass(frozen=True)
+class UploadedSpec:
+    """A spec read from an uploaded file: the space it claims, its vector, its metadata."""
+
+    space_id: str | None
+    vector: np.ndarray
+    """float32 values, or uint8 packed sign bits (``encoding`` says which)."""
+    meta: dict[str, str]
+    encoding: str = FLOAT32
+
+
+def read_spec_file(path: Path) -> UploadedSpec:
+    """Read an uploaded spec written by ``PaveSpec.save`` (``<stem>.safetensors``: tensor ``pave``,
+    the space id in its metadata). The header is parsed and checked here (declared shape against
+    its bytes, in overflow-free arithmetic) before a byte of the tensor is read, never by a pickle
+    or a library trusting it; the vector's shape is checked against its space by ``check_vector``."""
+    header = read_safetensors_header(path, "spec file", error=IncompatibleSpec)
+    tensor = header.tensors.get("pave")
+    if tensor is None:
+        raise IncompatibleSpec("spec file holds no 'pave' tensor")
+    if tensor.dtype not in ("F32", "U8"):
+        raise IncompatibleSpec(f"spec tensor has dtype {tensor.dtype}: F32 values, or U8 packed sign bits")
+    with Path(path).open("rb") as fh:
+        fh.seek(header.data_start + tensor.begin)
+        raw = fh.read(tensor.end - tensor.begin)
+    vector: np.ndarray
+    if tensor.dtype == "F32":
+        vector = np.frombuffer(raw, dtype="<f4").reshape(tensor.shape).astype(np.float32)
+    else:  # packed sign bits, unpacked against the space by ``check_spec``
+        vector = np.frombuffer(raw, dtype=np.uint8).reshape(tensor.shape).copy()
+    claimed = header.metadata.get("space_id")
+    return UploadedSpec(
+        space_id=str(claimed) if claimed else None,
+        vector=vector,
+        meta={str(k): str(v) for k, v in header.metadata.items()},
+        encoding=FLOAT32 if tensor.dtype == "F32" else SIGN_BITS,
+    )

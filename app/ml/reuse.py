@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -17,22 +17,12 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from app.ml.adapters import ADAPTER_CONFIG, ADAPTER_WEIGHTS, read_lora_factors
-from app.ml.encoders import resolve_base
+from app.ml.adapters import ADAPTER_CONFIG, ADAPTER_WEIGHTS, read_lora_adapter, save_lora_adapter
+from app.ml.bases import resolve_base
 from app.ml.errors import InvalidInput
 from app.ml.finetune import LoraClassifier, accuracy
 from app.ml.merging import LoraDelta, merge_lora
-from app.ml.transfer.taskvec import save_lora_adapter
-
-Progress = Callable[[int, int, str], None]
-
-
-def read_lora_adapter(adapter_dir: Path) -> dict[str, LoraDelta]:
-    """A peft LoRA adapter as {base weight name: LoraDelta(B, A, scale)}."""
-    return {
-        f"{module}.weight": LoraDelta(B=f.B, A=f.A, scale=f.scale)
-        for module, f in read_lora_factors(adapter_dir).items()
-    }
+from app.ml.progress import Progress
 
 
 def _base_weights(base: str, names: set[str]) -> dict[str, torch.Tensor]:

@@ -13,7 +13,7 @@ import math
 import threading
 from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -221,8 +221,18 @@ def _load_space(config: SpecSpaceConfig) -> SpecSpace:
     return SpecSpace(config, load_encoder(config.base, fresh=True))
 
 
-def check_vector(vector: np.ndarray, space: SpecSpace, space_id_of_vector: str | None = None) -> np.ndarray:
-    """Refuse a spec of another space, of the wrong shape, or with non-finite values."""
+class SpaceShape(Protocol):
+    """What checking a spec needs of its space: a loaded ``SpecSpace`` or a registered record."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def dim(self) -> int: ...
+
+
+def check_vector(vector: np.ndarray, space: SpaceShape, space_id_of_vector: str | None = None) -> np.ndarray:
+    """Refuse a spec of another space, of the wrong shape, or with non-finite or zero values."""
     if space_id_of_vector is not None and space_id_of_vector != space.id:
         raise IncompatibleSpec(f"spec is of space {space_id_of_vector}, not {space.id}")
     arr = np.asarray(vector)

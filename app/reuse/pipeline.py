@@ -18,10 +18,10 @@ from typing import Any, Literal
 import numpy as np
 
 from app.db.models import ApiKey, Job, Learnware
+from app.errors import InvalidInput, InvalidPackage
 from app.jobs import service as jobs
 from app.jobs.runner import JobContext
-from app.learnwares.service import package_limits, submit
-from app.ml.errors import InvalidInput, InvalidPackage
+from app.learnwares.service import submit
 from app.ml.packages import extract_package
 
 MAX_DECLARED_INPUTS = 256
@@ -69,7 +69,7 @@ def _fetch(ctx: JobContext, scratch: Path, learnware_id: int) -> _Input:
     folder = scratch / f"in-{learnware_id}"
     folder.mkdir()
     zip_path = ctx.runtime.store.fetch(sha, folder / "package.zip")
-    package = extract_package(zip_path, folder / "package", package_limits(ctx.runtime.settings))
+    package = extract_package(zip_path, folder / "package", ctx.runtime.settings.package_limits())
     return _Input(learnware_id, name, license, tags, package.model_path, list(package.inputs), names)
 
 
@@ -85,6 +85,17 @@ def _interleave(lists: list[list[str]], limit: int) -> list[str]:
     return list(out)
 
 
+def lineage(kind: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Where a reuse job's learnware came from: the job's kind (``merge``, ``finetune``,
+    ``transfer``), the learnwares it started from, and for a transfer the base it moved to."""
+    sources = params.get("learnware_ids") or [params["learnware_id"]]
+    out: dict[str, Any] = {"kind": kind.removeprefix("reuse."), "from": [int(i) for i in sources]}
+    for key in ("method", "target_base"):
+        if params.get(key):
+            out[key] = params[key]
+    return out
+
+
 def _register(
     ctx: JobContext, zip_path: Path, params: dict[str, Any], result: dict[str, Any], message: str
 ) -> None:
@@ -95,6 +106,7 @@ def _register(
         learnware, ingest = submit(
             session, ctx.runtime, owner, zip_path, None, private=bool(params["private"])
         )
+        learnware.lineage = lineage(ctx.kind, params)
         jobs.succeed(
             session,
             ctx.claim,

@@ -7,13 +7,12 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app.api.errors import Conflict
 from app.db.models import ApiKey, Job, Learnware, LearnwareStatus, Role, TaskStatus, UserTask
+from app.errors import Conflict, InvalidInput
 from app.jobs import service as jobs
 from app.jobs.stages import REUSE_FINETUNE, REUSE_MERGE, REUSE_TRANSFER, Stage
 from app.learnwares.service import get_visible
-from app.ml.errors import InvalidInput
-from app.ml.head import check_label_names
+from app.ml.head import check_label_names, class_ids
 from app.reuse.schemas import (
     FinetuneCreate,
     MergeCreate,
@@ -25,7 +24,7 @@ from app.reuse.schemas import (
     TransferCreate,
 )
 from app.runtime import Runtime
-from app.tasks.service import class_ids, get_owned
+from app.tasks.service import get_owned
 
 MERGE = "reuse.merge"
 FINETUNE = "reuse.finetune"
@@ -245,7 +244,7 @@ def create_task_reuse(
 
 
 def create_transfer(session: Session, runtime: Runtime, key: ApiKey, body: TransferCreate) -> Job:
-    from app.ml.encoders import registered_bases
+    from app.ml.bases import registered_bases
     from app.ml.transfer import base_model_type, check_pair, get_method
 
     learnware = _adapter(session, key, body.learnware_id)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from typing import Annotated
 
-from fastapi import APIRouter, File, Form, Query, UploadFile
+from fastapi import APIRouter, Form, Query
 
 from app.api.deps import RuntimeDep, SessionDep
-from app.api.uploads import saved_upload
+from app.api.uploads import SpecFile
 from app.auth.dependencies import CurrentKey
-from app.ml.errors import InvalidInput
+from app.errors import InvalidInput
 from app.spec_spaces import service as spaces
 from app.tasks import repository, service
 from app.tasks.schemas import IdentifyResult, TaskCreate, TaskRead, TaskSubmitted
@@ -30,9 +30,7 @@ def post_task_spec(
     key: CurrentKey,
     session: SessionDep,
     runtime: RuntimeDep,
-    spec: Annotated[
-        UploadFile, File(description="a task spec computed locally (PaveSpec.save's .safetensors)")
-    ],
+    spec: SpecFile,
     top_k: Annotated[int, Form(ge=1, le=100)] = 10,
     label_names: Annotated[str, Form(description="JSON list of the task's class names (optional)")] = "[]",
 ) -> TaskSubmitted:
@@ -43,16 +41,7 @@ def post_task_spec(
         raise InvalidInput(f"label_names is not JSON: {exc}") from exc
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise InvalidInput("label_names must be a JSON list of strings")
-    settings = runtime.settings
-    with saved_upload(
-        spec,
-        settings.scratch_dir,
-        max_bytes=settings.max_spec_upload_bytes,
-        what="spec",
-        filename="spec.safetensors",
-    ) as path:
-        assert path is not None
-        task, job = service.create_from_spec(session, runtime, key, path, top_k, names)
+    task, job = service.create_from_spec(session, runtime, key, spec, top_k, names)
     return TaskSubmitted(
         task_id=task.id,
         job_id=job.id,
@@ -84,17 +73,8 @@ def identify(
     key: CurrentKey,
     session: SessionDep,
     runtime: RuntimeDep,
-    spec: Annotated[UploadFile, File(description="a task spec (PaveSpec.save's .safetensors)")],
+    spec: SpecFile,
     k: Annotated[int, Form(ge=1, le=100)] = 10,
 ) -> IdentifyResult:
     """Rank learnwares for a spec in this request, from this API process's index (nothing stored)."""
-    settings = runtime.settings
-    with saved_upload(
-        spec,
-        settings.scratch_dir,
-        max_bytes=settings.max_spec_upload_bytes,
-        what="spec",
-        filename="spec.safetensors",
-    ) as path:
-        assert path is not None
-        return service.identify_now(session, runtime, path, k)
+    return service.identify_now(session, runtime, spec, k)

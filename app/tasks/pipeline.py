@@ -5,16 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from app.db.base import utcnow
-from app.db.models import Spec, SpecKind, SpecSource, SpecSpaceRecord, TaskStatus, UserTask
+from app.db.models import Learnware, Spec, SpecKind, SpecSource, SpecSpaceRecord, TaskStatus, UserTask
+from app.errors import IncompatibleSpec, InvalidInput
 from app.index.registry import vector_from_bytes
 from app.jobs import service as jobs
 from app.jobs.runner import JobContext
 from app.learnwares.service import spec_row
 from app.ml.binary_index import encoding_of_config
-from app.ml.errors import IncompatibleSpec, InvalidInput
 from app.tasks.service import rank
 from app.tasks.shot_check import shot_results, with_shot_check
 
@@ -100,6 +101,13 @@ def _finish(
     another connection, which SQLite would block behind this transaction's write lock)."""
     task.results = results
     task.index_version = version
+    if results:
+        session.execute(
+            update(Learnware)
+            .where(Learnware.id == int(results[0]["learnware_id"]))
+            .values(ranked_first_count=Learnware.ranked_first_count + 1)
+            .execution_options(synchronize_session=False)
+        )
     task.status = TaskStatus.ready
     task.identified_at = utcnow()
     task.error = None

@@ -9,40 +9,22 @@ from typing import Any
 import numpy as np
 from sqlalchemy.orm import Session
 
-from app.api.errors import Forbidden, NotFound
 from app.db.models import ApiKey, Job, SpecKind, SpecSource, TaskStatus, UserTask
+from app.errors import Forbidden, InvalidInput, NotFound
 from app.jobs import service as jobs
 from app.jobs.stages import FIT_TASK_SPEC, IDENTIFY_TASK
 from app.learnwares import repository as learnwares
 from app.learnwares.service import spec_row
 from app.ml.encoders import check_texts
-from app.ml.errors import InvalidInput
-from app.ml.head import check_label_names
+from app.ml.head import check_label_names, class_ids
 from app.ml.identify import label_compatible_first
+from app.ml.pave import read_spec_file
 from app.runtime import Runtime
 from app.spec_spaces import service as spaces
 from app.tasks import repository
 from app.tasks.schemas import IdentifyResult, MatchRead, TaskCreate, TaskRead
 
 IDENTIFY = "task.identify"
-
-
-def class_ids(labels: Sequence[int] | Sequence[str], names: list[str]) -> list[int]:
-    """Labels given as ids or as names, as ids; refuses unknown ones and a single class."""
-    if all(isinstance(label, str) for label in labels):
-        index = {name: i for i, name in enumerate(names)}
-        unknown = sorted({str(label) for label in labels if label not in index})
-        if unknown:
-            raise InvalidInput(f"labels {unknown} are not among the label names {names}")
-        ids = [index[str(label)] for label in labels]
-    else:
-        ids = [int(label) for label in labels]
-        bad = sorted({i for i in ids if not 0 <= i < len(names)})
-        if bad:
-            raise InvalidInput(f"label ids {bad} are out of range for {len(names)} label names")
-    if len(set(ids)) < 2:
-        raise InvalidInput("the examples cover a single class: a task spec needs at least two")
-    return ids
 
 
 def create_few_shot(
@@ -86,9 +68,8 @@ def create_from_spec(
     session: Session, runtime: Runtime, owner: ApiKey, spec_file: Path, top_k: int, label_names: list[str]
 ) -> tuple[UserTask, Job]:
     """A task given as a spec computed on the user's machine: the examples never reach the dock."""
-    uploaded = spaces.read_spec_file(spec_file)
-    record = spaces.space_for_spec(session, uploaded.space_id, runtime.default_space_id)
-    vector = spaces.check_spec(uploaded.vector, record, uploaded.space_id)
+    uploaded = read_spec_file(spec_file)
+    record, vector = spaces.check_uploaded(session, uploaded, runtime.default_space_id)
     spec = spec_row(
         record.id,
         vector,
@@ -175,9 +156,8 @@ def rank(
 
 def identify_now(session: Session, runtime: Runtime, spec_file: Path, k: int) -> IdentifyResult:
     """Rank learnwares for an uploaded spec in this request (nothing is stored)."""
-    uploaded = spaces.read_spec_file(spec_file)
-    record = spaces.space_for_spec(session, uploaded.space_id, runtime.default_space_id)
-    vector = spaces.check_spec(uploaded.vector, record, uploaded.space_id)
+    uploaded = read_spec_file(spec_file)
+    record, vector = spaces.check_uploaded(session, uploaded, runtime.default_space_id)
     results, version = rank(session, runtime, record.id, vector, k)
     return IdentifyResult(
         space_id=record.id,

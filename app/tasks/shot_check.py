@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from app.errors import InvalidInput, InvalidPackage
 from app.jobs.runner import JobContext
 from app.learnwares import repository as learnwares
-from app.learnwares.pipeline import extracted
-from app.ml.errors import InvalidInput, InvalidPackage
+from app.learnwares.packages import extracted
 from app.ml.identify import Match, ShotScore, best_label_map, shot_candidates, shot_checked, shot_score
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ def shot_results(
         try:
             if learnware_id not in packages:
                 raise InvalidPackage(f"learnware {learnware_id} is no longer ready")
-            with extracted(ctx, packages[learnware_id]) as package:
+            with extracted(ctx.runtime, packages[learnware_id], label=f"job-{ctx.claim.job_id}") as package:
                 runner = load_runner(package)
                 predicted = runner.predict(list(texts))
             checked[learnware_id] = _score(list(runner.label_names), predicted, labels, label_names, mapped)

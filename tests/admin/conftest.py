@@ -16,9 +16,6 @@ from app.jobs import service as jobs
 from app.jobs.stages import REBUILD_INDEX, Stage
 from app.learnwares.service import spec_row
 from app.runtime import Runtime
-from tests.api.conftest import Keys, client, database_url, keys, runtime, settings, space
-
-__all__ = ["Keys", "client", "database_url", "keys", "runtime", "settings", "space"]
 
 STALE_AFTER = timedelta(minutes=10)
 

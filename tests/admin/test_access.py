@@ -12,12 +12,12 @@ from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
 from app.admin.endpoints import pages
-from app.api.main import create_app
 from app.auth.service import create_key
 from app.db.models import Role
+from app.main import create_app
 from app.runtime import Runtime
 from app.settings import Settings
-from tests.api.conftest import Keys, empty_tables
+from tests.fixtures.service import Keys, empty_tables
 
 
 def admin_routes() -> list[tuple[str, str]]:

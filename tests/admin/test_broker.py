@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from app.admin.service import broker_depths
+from app.jobs.dispatch import queue_depths
 from app.settings import Settings
 from workers.celery_app import make_celery
 
@@ -40,20 +40,20 @@ def redis_celery() -> Iterator[Any]:
 
 
 def test_redis_queue_depths(redis_celery: Any) -> None:
-    assert broker_depths(redis_celery) == {"gpu": 0, "cpu": 0}
+    assert queue_depths(redis_celery) == {"gpu": 0, "cpu": 0}
     publish(redis_celery, "cpu", 3)
     publish(redis_celery, "gpu", 1)
-    assert broker_depths(redis_celery) == {"gpu": 1, "cpu": 3}
+    assert queue_depths(redis_celery) == {"gpu": 1, "cpu": 3}
 
 
 def test_embedded_queue_depths(tmp_path: Path) -> None:
     celery = make_celery(Settings(environment="testing", data_dir=tmp_path / "var"))
-    assert broker_depths(celery) == {"gpu": 0, "cpu": 0}
+    assert queue_depths(celery) == {"gpu": 0, "cpu": 0}
     publish(celery, "gpu", 2)
-    assert broker_depths(celery) == {"gpu": 2, "cpu": 0}
+    assert queue_depths(celery) == {"gpu": 2, "cpu": 0}
 
 
 def test_an_unreachable_broker_is_an_error_not_zero() -> None:
     celery = make_celery(Settings(environment="testing", broker_url="redis://127.0.0.1:1/0"))
     with pytest.raises(Exception, match=r"(?i)connect|refused"):
-        broker_depths(celery)
+        queue_depths(celery)

@@ -15,7 +15,7 @@ from app.admin.service import job_buckets
 from app.db.models import Job, JobState
 from app.runtime import Runtime
 from tests.admin.conftest import failed_job, running_job
-from tests.api.conftest import Keys
+from tests.fixtures.service import Keys
 
 BOUNDS = (0.01, 0.1, 1.0, math.inf)
 

@@ -14,7 +14,7 @@ from app.jobs import service as jobs_service
 from app.jobs.stages import FIT_TASK_SPEC, REBUILD_INDEX
 from app.runtime import Runtime
 from tests.admin.conftest import failed_job, key_prefix, learnware_awaiting_review, running_job
-from tests.api.conftest import Keys
+from tests.fixtures.service import Keys
 
 
 def overview(client: TestClient, keys: Keys) -> dict[str, Any]:
@@ -110,7 +110,7 @@ def test_the_review_queue_and_index_sizes(
 def test_flower_link_comes_from_settings(
     monkeypatch: pytest.MonkeyPatch, runtime: Runtime, keys: Keys, client: TestClient
 ) -> None:
-    from app.api.main import create_app
+    from app.main import create_app
 
     monkeypatch.setenv("PAVEDOCK_FLOWER_URL", "https://flower.dock.example/")
     with TestClient(create_app(runtime=runtime)) as other:

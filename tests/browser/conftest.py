@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +54,8 @@ class Dock:
     developer: str
     logs: Path
     flower: str
+    user: str = ""
+    user2: str = ""
 
     def auth(self, token: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {token}"}
@@ -75,7 +78,20 @@ def _wait_ready(url: str, procs: list[subprocess.Popen[bytes]], logs: Path, time
 
 @pytest.fixture(scope="module")
 def dock(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dock]:
-    root = tmp_path_factory.mktemp("dock")
+    """The admin dashboard's dock: review required, Flower beside it."""
+    with running_dock(tmp_path_factory.mktemp("dock"), review_required=True, with_flower=True) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def market(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dock]:
+    """The web pages' dock: learnwares are indexed once validated (no review), no Flower."""
+    with running_dock(tmp_path_factory.mktemp("market"), review_required=False, with_flower=False) as running:
+        yield running
+
+
+@contextmanager
+def running_dock(root: Path, *, review_required: bool, with_flower: bool) -> Iterator[Dock]:
     port, flower_port = free_ports(2)
     database_url = f"sqlite:///{root / 'dock.sqlite'}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PAVEDOCK_")}
@@ -84,7 +100,7 @@ def dock(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dock]:
             "PAVEDOCK_ENVIRONMENT": "testing",
             "PAVEDOCK_DATA_DIR": str(root / "var"),
             "PAVEDOCK_DATABASE_URL": database_url,
-            "PAVEDOCK_REVIEW_REQUIRED": "true",
+            "PAVEDOCK_REVIEW_REQUIRED": "true" if review_required else "false",
             # The service-layer "running" job must not be reaped while the test looks at it.
             "PAVEDOCK_JOB_STALE_AFTER_S": "600",
             "PAVEDOCK_ADMIN_SAMPLE_INTERVAL_S": "1",
@@ -98,7 +114,7 @@ def dock(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dock]:
         environment="testing",
         data_dir=root / "var",
         database_url=database_url,
-        review_required=True,
+        review_required=review_required,
         job_stale_after_s=600,
     )
     settings.ensure_dirs()
@@ -107,6 +123,8 @@ def dock(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dock]:
     with db.session() as session:
         admin = create_key(session, role=Role.admin, name="browser admin").token
         developer = create_key(session, role=Role.developer, name="browser developer").token
+        user = create_key(session, role=Role.user, name="browser user").token
+        user2 = create_key(session, role=Role.user, name="another user").token
     db.dispose()
 
     logs = root / "logs"
@@ -121,14 +139,14 @@ def dock(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dock]:
     api = start(
         "api",
         [
-            sys.executable, "-m", "uvicorn", "app.api.main:create_app", "--factory",
+            sys.executable, "-m", "uvicorn", "app.main:create_app", "--factory",
             "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
         ],
     )  # fmt: skip
     worker = start(
         "worker",
         [
-            sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker",
+            sys.executable, "-m", "celery", "-A", "workers.main", "worker",
             "--queues", "gpu,cpu", "--concurrency", "1", "--hostname", WORKER_NAME, "--loglevel", "INFO",
         ],
     )  # fmt: skip
@@ -140,10 +158,20 @@ def dock(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dock]:
         # As `pavedock serve` does: Flower where the dashboard links to. Started once the dock is
         # up (three processes importing torch at once on two cores is slower than in turn); the
         # test looks at it last.
-        flower = start_flower(AdminSettings(flower_url=env["PAVEDOCK_FLOWER_URL"]), env=env)
-        assert flower is not None
+        if with_flower:
+            flower = start_flower(AdminSettings(flower_url=env["PAVEDOCK_FLOWER_URL"]), env=env)
+            assert flower is not None
         runtime = Runtime.create(settings, persist_index=False)
-        yield Dock(url=url, runtime=runtime, admin=admin, developer=developer, logs=logs, flower=flower.url)
+        yield Dock(
+            url=url,
+            runtime=runtime,
+            admin=admin,
+            developer=developer,
+            logs=logs,
+            flower=flower.url if flower else "",
+            user=user,
+            user2=user2,
+        )
     finally:
         # The worker's pool is killed with it: a warm (or even a cold) Celery shutdown waits
         # seconds on the broker's polling, and nothing of this dock outlives the test.
@@ -178,8 +206,22 @@ def browser(tmp_path: Path) -> Iterator[object]:
         f"--user-data-dir={tmp_path / 'chromium-profile'}",
     ):  # fmt: skip
         options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # console errors, for CSP checks
+    # Downloads land in the test's own folder, without a prompt (see the ``downloads`` fixture).
+    options.add_experimental_option(
+        "prefs",
+        {"download.default_directory": str(tmp_path / "downloads"), "download.prompt_for_download": False},
+    )
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
     try:
         yield driver
     finally:
         driver.quit()
+
+
+@pytest.fixture
+def downloads(tmp_path: Path) -> Path:
+    """Where the ``browser`` fixture's Chromium saves downloads."""
+    folder = tmp_path / "downloads"
+    folder.mkdir(exist_ok=True)
+    return folder

@@ -17,12 +17,12 @@ import httpx
 import numpy as np
 import pytest
 
+from app.bench.builders import train_tfidf_onnx_learnware
 from app.jobs.stages import FIT_TASK_SPEC, REBUILD_INDEX
-from app.ml.builders import train_tfidf_onnx_learnware
 from app.ml.data import load_task
 from tests.admin.conftest import failed_job, learnware_awaiting_review, running_job
-from tests.api.conftest import write_spec
 from tests.browser.conftest import REPO, WORKER_NAME, Dock
+from tests.fixtures.service import write_spec
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 

@@ -165,7 +165,7 @@ def uvicorn_proc(name: str, env: dict[str, str], port: int, log: Path) -> Proc:
             PYTHON,
             "-m",
             "uvicorn",
-            "app.api.main:create_app",
+            "app.main:create_app",
             "--factory",
             "--host",
             "127.0.0.1",
@@ -185,7 +185,7 @@ def worker_proc(name: str, env: dict[str, str], queues: str, log: Path) -> Proc:
             "-m",
             "celery",
             "-A",
-            "workers.celery_app",
+            "workers.main",
             "worker",
             "--queues",
             queues,
@@ -205,7 +205,7 @@ def worker_proc(name: str, env: dict[str, str], queues: str, log: Path) -> Proc:
 def minilm_packages(datasets_dir: Path, package_dir: Path) -> dict[str, Path]:
     """Three real learnwares on the MiniLM base, for three datasets with different label sets:
     linear heads (hf-seqcls) for ag_news and trec, a short LoRA adapter (peft-lora) for sst2."""
-    from app.ml.builders import train_linear_head_learnware, train_lora_learnware
+    from app.bench.builders import train_linear_head_learnware, train_lora_learnware
     from app.ml.data import load_task
 
     def linear(name: str) -> Callable[[Path], Path]:

@@ -16,8 +16,9 @@ import pytest
 from app.client import DockClient
 from app.ml.data import few_shot, load_task
 from app.ml.errors import UnknownBase
-from app.ml.transfer.mpnet import MPNET_ALIAS, default_data_dir, mpnet_path
+from app.ml.mpnet import MPNET_ALIAS, mpnet_path
 from app.reuse.schemas import TransferCreate
+from app.settings import Settings
 from tests.e2e.conftest import Processes, start_embedded
 
 pytestmark = [
@@ -28,7 +29,7 @@ pytestmark = [
 
 def _installed_mpnet() -> Path:
     try:
-        return mpnet_path(default_data_dir()).resolve()
+        return mpnet_path(Settings().data_dir).resolve()
     except UnknownBase as exc:
         pytest.skip(str(exc))
 

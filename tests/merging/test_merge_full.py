@@ -22,9 +22,7 @@ from transformers import (
 
 from app.ml.errors import InvalidInput
 from app.ml.merging.full import classifier_accuracy, merge_full_learnwares, merge_full_with_eval
-from tests.transfer.conftest import TinyBases, tiny
-
-__all__ = ["tiny"]
+from tests.fixtures.tiny_bases import TinyBases
 
 SENTIMENT = ["negative", "positive"]
 TOPICS = ["positive", "sports", "news"]

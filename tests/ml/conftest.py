@@ -7,11 +7,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-from transformers import BertConfig, BertModel, BertTokenizerFast
 
+from app.ml.bases import register_base
 from app.ml.data import TextTask
-from app.ml.encoders import register_base
+from tests.fixtures.tiny_bases import make_tiny_bert as tiny_bert
 
 TINY_BASE = "tiny-bert-ml-tests"
 CLASSES = {
@@ -23,24 +22,9 @@ FILLER = ["the", "a", "was", "is", "really", "very", "today", "this", "that", "m
 
 
 def make_tiny_bert(folder: Path, hidden: int = 32, layers: int = 2, seed: int = 0) -> Path:
-    """A random 2-layer BERT with a word-level WordPiece vocabulary, saved as safetensors."""
-    folder.mkdir(parents=True, exist_ok=True)
+    """A random 2-layer BERT knowing the topics' words."""
     words = [*FILLER, *CLASSES, *(w for ws in CLASSES.values() for w in ws)]
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]
-    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    BertTokenizerFast(vocab=str(folder / "vocab.txt"), do_lower_case=True).save_pretrained(folder)
-    torch.manual_seed(seed)
-    config = BertConfig(
-        vocab_size=len(vocab),
-        hidden_size=hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=2,
-        intermediate_size=2 * hidden,
-        max_position_embeddings=64,
-    )
-    BertModel(config).save_pretrained(folder)
-    (folder / "vocab.txt").unlink()  # the saved tokenizer.json carries the vocabulary
-    return folder
+    return tiny_bert(folder, words, hidden=hidden, layers=layers, seed=seed)
 
 
 def make_tiny_task(n_per_class: int = 24, seed: int = 0, split: str = "train") -> TextTask:

@@ -26,6 +26,7 @@ from app.ml.packages import (
     files_under,
     inputs_jsonl,
     read_manifest,
+    read_package_inputs,
 )
 
 Member = tuple[str | zipfile.ZipInfo, bytes]
@@ -42,7 +43,11 @@ ONNX_MANIFEST = {
 LORA_MANIFEST = {**ONNX_MANIFEST, "model_format": "peft-lora", "base_model": "all-MiniLM-L6-v2"}
 SEQCLS_MANIFEST = {**ONNX_MANIFEST, "model_format": "hf-seqcls"}
 EMPTY_SAFETENSORS = struct.pack("<Q", 2) + b"{}"
-LORA_FILES = {"adapter/adapter_config.json": b"{}", "adapter/adapter_model.safetensors": EMPTY_SAFETENSORS}
+LORA_CONFIG = json.dumps({"peft_type": "LORA", "r": 4, "target_modules": ["query", "value"]}).encode()
+LORA_FILES = {
+    "adapter/adapter_config.json": LORA_CONFIG,
+    "adapter/adapter_model.safetensors": EMPTY_SAFETENSORS,
+}
 SEQCLS_FILES = {
     "model/config.json": json.dumps({"model_type": "bert"}).encode(),
     "model/model.safetensors": EMPTY_SAFETENSORS,
@@ -505,3 +510,159 @@ def test_build_refuses_unsafe_names(tmp_path: Path) -> None:
     with pytest.raises(InvalidPackage, match="written from the manifest"):
         build_package(tmp_path / "p.zip", manifest, {"model.onnx": b"\x08", MANIFEST_NAME: b""})
     assert list(tmp_path.iterdir()) == []
+
+
+# --- content checked at extraction (in the request) --------------------------------------------
+
+
+def safetensors_of(header: dict[str, object], data: bytes = b"") -> bytes:
+    text = json.dumps(header).encode()
+    return struct.pack("<Q", len(text)) + text + data
+
+
+def lora_members(weights: bytes) -> list[Member]:
+    return [
+        (MANIFEST_NAME, yaml_of(LORA_MANIFEST)),
+        ("adapter/adapter_config.json", LORA_CONFIG),
+        ("adapter/adapter_model.safetensors", weights),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("tensor", "data", "match"),
+    [
+        # 2**64 elements: the 64-bit count wraps to 0, which 0 bytes of data would "hold".
+        ({"dtype": "F32", "shape": [2**32, 2**32], "data_offsets": [0, 0]}, b"", "over the limit"),
+        ({"dtype": "F32", "shape": [2**62, 4], "data_offsets": [0, 0]}, b"", "over the limit"),
+        ({"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}, bytes(8), "needs 12 bytes"),
+        ({"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}, bytes(4), "bad shape"),
+        ({"dtype": "F32", "shape": [1.5], "data_offsets": [0, 4]}, bytes(4), "bad shape"),
+        ({"dtype": "Q7", "shape": [1], "data_offsets": [0, 4]}, bytes(4), "unknown dtype 'Q7'"),
+        (
+            {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+            bytes(4),
+            "cover 8 bytes of data, the file holds 4",
+        ),
+        ({"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}, bytes(8), "starts at byte 4, not 0"),
+    ],
+)
+def test_refuses_safetensors_headers_that_lie(
+    tmp_path: Path, tensor: dict[str, object], data: bytes, match: str
+) -> None:
+    weights = safetensors_of({"base_model.model.x.lora_A.weight": tensor}, data)
+    zip_path = write_zip(tmp_path / "p.zip", lora_members(weights))
+    assert_refused(zip_path, tmp_path, InvalidPackage, match)
+
+
+def test_accepts_honest_safetensors_headers(tmp_path: Path) -> None:
+    weights = safetensors_of(
+        {
+            "__metadata__": {"format": "pt"},
+            "a": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]},
+            "b": {"dtype": "BF16", "shape": [3], "data_offsets": [16, 22]},
+            "empty": {"dtype": "F32", "shape": [0, 5], "data_offsets": [22, 22]},
+        },
+        bytes(22),
+    )
+    extract_package(write_zip(tmp_path / "p.zip", lora_members(weights)), tmp_path / "ok")
+
+
+def test_refuses_overlapping_tensor_data(tmp_path: Path) -> None:
+    weights = safetensors_of(
+        {
+            "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+            "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]},
+        },
+        bytes(12),
+    )
+    assert_refused(write_zip(tmp_path / "p.zip", lora_members(weights)), tmp_path, InvalidPackage, "overlaps")
+
+
+def test_refuses_a_package_much_larger_unpacked_than_uploaded(tmp_path: Path) -> None:
+    """Members each under the per-member ratio, adding up to many times the upload."""
+    rng = np.random.default_rng(0)
+    # 8 KiB of noise repeated: deflate's 32 KiB window finds it, so it compresses ~50:1.
+    block = rng.bytes(8 << 10) * 200
+    extra = {f"notes/{i}.txt": block for i in range(4)}
+    zip_path = write_zip(tmp_path / "p.zip", onnx_members(**extra))
+    limits = PackageLimits(total_ratio_min_bytes=1 << 20, max_total_ratio=10)
+    assert_refused(zip_path, tmp_path, UnsafePackage, "over the limit of 10:1 for the whole package", limits)
+
+
+@pytest.mark.parametrize(
+    ("shard", "error", "match"),
+    [
+        ("/usr/share/model.safetensors", UnsafePackage, "is absolute"),
+        ("../../model.safetensors", UnsafePackage, "'..'"),
+        ("C:/models/model.safetensors", UnsafePackage, "drive letter"),
+        ("shard.safetensors", InvalidPackage, "not in the package"),
+    ],
+)
+def test_refuses_a_weight_map_pointing_outside(
+    tmp_path: Path, shard: str, error: type[Exception], match: str
+) -> None:
+    index = {"weight_map": {"bert.embeddings.word_embeddings.weight": shard}}
+    files = {
+        **{k: v for k, v in SEQCLS_FILES.items() if k != "model/model.safetensors"},
+        "model/model.safetensors.index.json": json.dumps(index).encode(),
+    }
+    members: list[Member] = [(MANIFEST_NAME, yaml_of(SEQCLS_MANIFEST)), *files.items()]
+    assert_refused(write_zip(tmp_path / "p.zip", members), tmp_path, error, match)
+
+
+def test_refuses_a_config_of_another_class_count(tmp_path: Path) -> None:
+    config = {"model_type": "bert", "id2label": {"0": "a", "1": "b", "2": "c"}}
+    files = {**SEQCLS_FILES, "model/config.json": json.dumps(config).encode()}
+    members: list[Member] = [(MANIFEST_NAME, yaml_of(SEQCLS_MANIFEST)), *files.items()]
+    assert_refused(
+        write_zip(tmp_path / "p.zip", members),
+        tmp_path,
+        InvalidPackage,
+        "3 output classes, the manifest names 2",
+    )
+
+
+def test_refuses_an_onnx_file_that_is_not_onnx(tmp_path: Path) -> None:
+    zip_path = write_zip(
+        tmp_path / "p.zip", [(MANIFEST_NAME, yaml_of(ONNX_MANIFEST)), ("model.onnx", b"\x08\x07garbage")]
+    )
+    assert_refused(zip_path, tmp_path, InvalidPackage, "not an ONNX model")
+
+
+def test_read_package_inputs_reads_the_inputs_member_alone(tmp_path: Path) -> None:
+    """The spec stage needs only the texts: the model member is not unpacked (here it is corrupt)."""
+    manifest = {**ONNX_MANIFEST, "inputs": "inputs.jsonl"}
+    members: list[Member] = [
+        (MANIFEST_NAME, yaml_of(manifest)),
+        ("model.onnx", b"\x08\x07" * 50_000),
+        ("inputs.jsonl", inputs_jsonl(["one", "two"])),
+    ]
+    zip_path = write_zip(tmp_path / "p.zip", members)
+    data = bytearray(zip_path.read_bytes())
+    start = data.find(b"model.onnx") + len(b"model.onnx")
+    data[start + 10 : start + 20] = b"\xff" * 10  # the model's deflate stream no longer decodes
+    zip_path.write_bytes(bytes(data))
+    assert read_package_inputs(zip_path) == ["one", "two"]
+    with pytest.raises(InvalidPackage, match="corrupt package"):
+        extract_package(zip_path, tmp_path / "pkg")
+    assert read_package_inputs(write_zip(tmp_path / "none.zip", onnx_members())) == []
+    bomb = write_zip(tmp_path / "bomb.zip", [*members[:2], ("inputs.jsonl", bytes(3 << 20))])
+    with pytest.raises(UnsafePackage, match="zip bomb"):
+        read_package_inputs(bomb)
+
+
+@pytest.mark.parametrize(
+    ("config", "match"),
+    [
+        ({"peft_type": "PREFIX_TUNING"}, "only LORA is supported"),
+        ({"modules_to_save": ["classifier"]}, "modules_to_save"),
+        ({"target_modules": []}, "names no target_modules"),
+    ],
+)
+def test_refuses_lora_settings_the_runner_would_refuse(
+    tmp_path: Path, config: dict[str, object], match: str
+) -> None:
+    full = {**json.loads(LORA_CONFIG), **config}
+    files = {**LORA_FILES, "adapter/adapter_config.json": json.dumps(full).encode()}
+    members: list[Member] = [(MANIFEST_NAME, yaml_of(LORA_MANIFEST)), *files.items()]
+    assert_refused(write_zip(tmp_path / "p.zip", members), tmp_path, InvalidPackage, match)

@@ -15,7 +15,7 @@ from peft import LoraConfig, PeftModel, get_peft_model, get_peft_model_state_dic
 from safetensors.torch import load_file, save_file
 from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
-from app.ml.builders import (
+from app.bench.builders import (
     corrupt_labels,
     export_onnx,
     fit_logistic_head,
@@ -44,6 +44,33 @@ def package_of(
     full = Manifest.model_validate({"name": "test", "license": "MIT", "label_names": NAMES, **manifest})
     zip_path = build_package(tmp_path / "pkg.zip", full, files)
     return extract_package(zip_path, tmp_path / "pkg")
+
+
+def folder_package(
+    folder: Path, manifest: dict[str, object], files: dict[str, Path | bytes]
+) -> LearnwarePackage:
+    """A package folder assembled by hand, as the CLI may get one: never checked by extraction."""
+    for name, content in files.items():
+        target = folder / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content if isinstance(content, bytes) else content.read_bytes())
+    full = Manifest.model_validate({"name": "test", "license": "MIT", "label_names": NAMES, **manifest})
+    return LearnwarePackage(full, folder, [])
+
+
+def refused_twice(
+    tmp_path: Path,
+    manifest: dict[str, object],
+    files: dict[str, Path | bytes],
+    error: type[Exception],
+    match: str,
+) -> None:
+    """Refused when the zip is extracted (in the request), and by the runner on a hand-made folder."""
+    with pytest.raises(error, match=match):
+        package_of(tmp_path / "zip", manifest, files)
+    assert not (tmp_path / "zip" / "pkg").exists()
+    with pytest.raises(error, match=match):
+        load_runner(folder_package(tmp_path / "folder", manifest, files))
 
 
 def accuracy(runner_labels: np.ndarray, task: TextTask) -> float:
@@ -221,13 +248,13 @@ def test_seqcls_runner_refuses(
     write_seqcls(tiny_base_dir, tmp_path / "model")
     path = tmp_path / "model" / "config.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), **config}))
-    package = package_of(
+    refused_twice(
         tmp_path,
         {"model_format": "hf-seqcls", "label_names": labels},
         dict(files_under(tmp_path / "model", "model")),
+        InvalidPackage,
+        match,
     )
-    with pytest.raises(InvalidPackage, match=match):
-        load_runner(package)
 
 
 def test_seqcls_runner_refuses_remote_code_even_past_extraction(tmp_path: Path, tiny_base_dir: Path) -> None:
@@ -320,9 +347,9 @@ def test_onnx_runner_refuses_external_data_and_custom_ops(tmp_path: Path) -> Non
         initializer=[weight],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    package = package_of(tmp_path / "ext", {"model_format": "onnx"}, {"model.onnx": _onnx_bytes(model)})
-    with pytest.raises(UnsafePackage, match="external file"):
-        load_runner(package)
+    refused_twice(
+        tmp_path / "ext", {"model_format": "onnx"}, {"model.onnx": _onnx_bytes(model)}, UnsafePackage, "'..'"
+    )
 
     custom = helper.make_graph(
         [helper.make_node("Evil", ["x"], ["y"], domain="ai.onnx.contrib")],
@@ -333,15 +360,19 @@ def test_onnx_runner_refuses_external_data_and_custom_ops(tmp_path: Path) -> Non
     model = helper.make_model(
         custom, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.contrib", 1)]
     )
-    package = package_of(tmp_path / "custom", {"model_format": "onnx"}, {"model.onnx": _onnx_bytes(model)})
-    with pytest.raises(InvalidPackage, match=r"custom domain 'ai\.onnx\.contrib'"):
-        load_runner(package)
+    refused_twice(
+        tmp_path / "custom",
+        {"model_format": "onnx"},
+        {"model.onnx": _onnx_bytes(model)},
+        InvalidPackage,
+        r"custom domain 'ai\.onnx\.contrib'",
+    )
 
 
 def test_onnx_runner_refuses_garbage(tmp_path: Path) -> None:
-    package = package_of(tmp_path, {"model_format": "onnx"}, {"model.onnx": b"\x08\x07garbage"})
-    with pytest.raises(InvalidPackage, match=r"model\.onnx"):
-        load_runner(package)
+    refused_twice(
+        tmp_path, {"model_format": "onnx"}, {"model.onnx": b"\x08\x07garbage"}, InvalidPackage, r"model\.onnx"
+    )
 
 
 def test_runner_checks_its_inputs(tmp_path: Path, tiny_task: TextTask) -> None:
@@ -468,3 +499,14 @@ def test_real_minilm_learnwares_run_as_built(tmp_path: Path, datasets_dir: Path)
         runner = load_runner(extract_package(path, tmp_path / f"linear-{corrupt}"))
         scores[corrupt] = accuracy(runner.predict(test.texts).labels, test)
     assert scores[0.0] >= 0.55 and scores[0.8] < scores[0.0] - 0.15
+
+
+def test_seqcls_config_values_of_the_wrong_type_are_the_packages_fault(
+    tmp_path: Path, tiny_base_dir: Path
+) -> None:
+    """transformers raises TypeError (or its own validation error) for these: refused in words."""
+    write_seqcls(tiny_base_dir, tmp_path / "model")
+    path = tmp_path / "model" / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "hidden_size": "32"}))
+    files = dict(files_under(tmp_path / "model", "model"))
+    refused_twice(tmp_path, {"model_format": "hf-seqcls"}, files, InvalidPackage, "hidden_size")

@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
-from transformers import BertConfig, BertModel, BertTokenizerFast
 
 from app.ml.spec_space import SpecSpace, SpecSpaceConfig, load_space
+from tests.fixtures.tiny_bases import make_tiny_bert as tiny_bert
 
 WORDS = [
     "good",
@@ -58,23 +57,10 @@ WORDS = [
 
 
 def make_tiny_bert(folder: Path, hidden: int = 32, layers: int = 2, seed: int = 0) -> Path:
-    """A randomly initialised 2-layer BERT with a word-level vocabulary, saved as safetensors."""
-    folder.mkdir(parents=True, exist_ok=True)
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, "positive", "negative", "neutral"]
-    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    tokenizer = BertTokenizerFast(vocab=str(folder / "vocab.txt"), do_lower_case=True)
-    tokenizer.save_pretrained(folder)
-    torch.manual_seed(seed)
-    config = BertConfig(
-        vocab_size=len(vocab),
-        hidden_size=hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=2,
-        intermediate_size=2 * hidden,
-        max_position_embeddings=64,
+    """A random 2-layer BERT knowing ``WORDS`` and three label names."""
+    return tiny_bert(
+        folder, [*WORDS, "positive", "negative", "neutral"], hidden=hidden, layers=layers, seed=seed
     )
-    BertModel(config).save_pretrained(folder, safe_serialization=True)
-    return folder
 
 
 @pytest.fixture(scope="session")

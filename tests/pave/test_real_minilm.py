@@ -28,7 +28,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def market(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from app.ml.builders import train_tfidf_onnx_learnware
+    from app.bench.builders import train_tfidf_onnx_learnware
 
     out = tmp_path_factory.mktemp("market")
     packages = {}

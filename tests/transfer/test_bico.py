@@ -19,7 +19,7 @@ from app.ml.transfer.bico import (
     row_assignments,
 )
 from app.ml.transfer.taskvec import load_lora_task_vector, module_name
-from tests.transfer.conftest import LABEL_NAMES, TinyBases
+from tests.fixtures.tiny_bases import LABEL_NAMES, TinyBases
 
 ADAPTER_METHODS = [name for name, m in METHODS.items() if m.output == "adapter"]
 

@@ -10,7 +10,7 @@ from app.ml.errors import IncompatibleSpec
 from app.ml.identify import SpecIndex
 from app.ml.pave import fit_pave_spec
 from app.ml.spec_space import SpecSpaceConfig, load_space
-from tests.transfer.conftest import LABEL_NAMES, TinyBases
+from tests.fixtures.tiny_bases import LABEL_NAMES, TinyBases
 
 
 def test_an_mpnet_base_has_its_own_spec_space(tiny: TinyBases) -> None:

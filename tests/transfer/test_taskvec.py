@@ -9,17 +9,16 @@ import torch
 from peft import PeftModel
 from transformers import AutoModel
 
+from app.ml.adapters import lora_factorise, save_lora_adapter
 from app.ml.errors import InvalidPackage
 from app.ml.transfer.taskvec import (
     UnsupportedPair,
     depth_map,
     load_lora_task_vector,
-    lora_factorise,
     module_name,
     parse_module,
-    save_lora_adapter,
 )
-from tests.transfer.conftest import TinyBases
+from tests.fixtures.tiny_bases import TinyBases
 
 
 def test_depth_map_matches_nearest_source_layer() -> None:

@@ -14,7 +14,7 @@ from app.ml.head import LabelNameHead
 from app.ml.transfer import learnware_features, load_utd_operator, transfer_learnware
 from app.ml.transfer.taskvec import load_lora_task_vector
 from app.ml.transfer.utd import UTDOperator, combine_operators, solve_operator, task_descriptor
-from tests.transfer.conftest import LABEL_NAMES, TinyBases
+from tests.fixtures.tiny_bases import LABEL_NAMES, TinyBases
 
 
 def _grid(probes: int, prompts: int, dim: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

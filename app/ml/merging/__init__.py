@@ -25,6 +25,7 @@ Drivers: `merge_state_dicts` / `merge_into_safetensors` stream full models tenso
 The benchmark (`bench.run_merge_benchmark`) loads the encoder stack, so it is imported on its own.
 """
 
+from app.ml.adapters import LoraDelta
 from app.ml.merging.driver import (
     LoraInput,
     MergeStats,
@@ -37,7 +38,7 @@ from app.ml.merging.driver import (
     merge_state_dicts,
     stream_merge,
 )
-from app.ml.merging.lowrank import LoraDelta, factor_svd
+from app.ml.merging.lowrank import factor_svd
 from app.ml.merging.methods import (
     RANK_RTOL,
     merge_dare,
@@ -48,7 +49,6 @@ from app.ml.merging.methods import (
     merge_tsv_m,
 )
 from app.ml.merging.pact import PactConfig, pact_filter, pact_shields
-from app.ml.merging.params import ParamSpec, ResolvedParams
 from app.ml.merging.registry import (
     METHODS,
     PACT_PARAMS,
@@ -67,6 +67,7 @@ from app.ml.merging.sources import (
     TensorSink,
     TensorSource,
 )
+from app.ml.params import ParamSpec, ResolvedParams
 
 __all__ = [
     "METHODS",

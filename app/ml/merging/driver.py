@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
+from app.ml.adapters import LoraDelta
 from app.ml.errors import InvalidInput
-from app.ml.merging.lowrank import LoraDelta, lowrank_pact_filter
+from app.ml.merging.lowrank import lowrank_pact_filter
 from app.ml.merging.methods import MappedTaskVectors
 from app.ml.merging.pact import PactConfig
 from app.ml.merging.registry import get_method, merge_delta
 from app.ml.merging.sources import DictSink, SafetensorsSink, TensorSink, TensorSource
+from app.ml.progress import Progress
 
-Progress = Callable[[int, int, str], None]
 """(done, total, message) → None, called after each tensor."""
 
 LoraInput = LoraDelta | tuple[Tensor, Tensor, float]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,12 +23,11 @@ import transformers
 from torch import Tensor
 from transformers.models.auto.modeling_auto import MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES
 
-from app.ml.encoders import resolve_base
+from app.ml.bases import resolve_base
 from app.ml.errors import InvalidInput, InvalidPackage
 from app.ml.merging.driver import MergeStats, stream_merge
 from app.ml.merging.sources import SafetensorsSink, SafetensorsSource, TensorSource
-
-Progress = Callable[[int, int, str], None]
+from app.ml.progress import Progress
 
 HEAD = ("classifier.weight", "classifier.bias")
 WEIGHTS = "model.safetensors"

@@ -15,44 +15,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from app.ml.adapters import LoraDelta
 from app.ml.errors import InvalidInput
 from app.ml.merging.linalg import gram_spectrum
 from app.ml.merging.methods import RANK_RTOL, numerical_rank, polar_factor
 from app.ml.merging.pact import PactConfig, anchor_subspace, shields
-
-
-@dataclass(frozen=True)
-class LoraDelta:
-    """A low-rank update of one weight, τ = scale·B·A with B: m×r and A: r×n."""
-
-    B: Tensor
-    A: Tensor
-    scale: float = 1.0
-
-    def __post_init__(self) -> None:
-        if self.B.dim() != 2 or self.A.dim() != 2 or self.B.shape[1] != self.A.shape[0]:
-            raise InvalidInput(
-                f"LoRA factors need B: m×r and A: r×n, got B {tuple(self.B.shape)} and A {tuple(self.A.shape)}"
-            )
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        """(m, n), the shape of the dense update."""
-        return int(self.B.shape[0]), int(self.A.shape[1])
-
-    @property
-    def rank(self) -> int:
-        """r, the inner dimension of the factors."""
-        return int(self.A.shape[0])
-
-    def dense(self) -> Tensor:
-        """scale·B·A as a float32 matrix."""
-        return (self.scale * (self.B.to(torch.float64) @ self.A.to(torch.float64))).to(torch.float32)
 
 
 def factor_svd(

@@ -149,11 +149,6 @@ def top_k_threshold(tau: Tensor, fraction: float) -> float:
     return float(torch.topk(flat, flat.numel() - keep + 1, largest=False, sorted=False).values.max().item())
 
 
-def trim_top_k(tau: Tensor, fraction: float) -> Tensor:
-    """Keep the `fraction` of entries of `tau` largest in magnitude, zero the rest (ties at the cut are kept)."""
-    return _trim(tau, top_k_threshold(tau, fraction))
-
-
 def _as_rows(tensor: Tensor) -> Tensor:
     """A contiguous tensor as a 2-D view (rows × the rest); a scalar as 1×1."""
     return tensor.reshape(tensor.shape[0], -1) if tensor.dim() else tensor.reshape(1, 1)

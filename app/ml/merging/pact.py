@@ -24,7 +24,7 @@ from torch import Tensor
 from app.ml.errors import InvalidInput
 from app.ml.merging.linalg import gram_orientation, remove_column_space, remove_row_space, svd_top
 from app.ml.merging.methods import RANK_RTOL, MappedTaskVectors, numerical_rank, tensor_seed
-from app.ml.merging.params import ResolvedParams
+from app.ml.params import ResolvedParams
 
 Side = Literal["right", "left"]
 SvdMode = Literal["exact", "randomized"]

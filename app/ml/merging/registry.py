@@ -33,7 +33,7 @@ from app.ml.merging.methods import (
     merge_tsv_m,
 )
 from app.ml.merging.pact import PactConfig, pact_filter
-from app.ml.merging.params import ParamSpec, ResolvedParams, resolve
+from app.ml.params import ParamSpec, ResolvedParams, resolve
 
 TensorMerge = Callable[[str, Sequence[Tensor], ResolvedParams], Tensor]
 """(tensor name, τ_1..τ_T, params) → merged delta δ in float32."""

@@ -10,7 +10,7 @@ from typing import ClassVar
 import numpy as np
 
 from app.ml.encoders import check_texts
-from app.ml.errors import InvalidInput
+from app.ml.errors import InvalidInput, InvalidPackage
 from app.ml.packages import ModelFormat
 
 
@@ -38,15 +38,20 @@ class Runner(ABC):
         if batch_size < 1:
             raise InvalidInput(f"batch_size must be at least 1, got {batch_size}")
         labels, probs = self._predict(texts, batch_size)
+        # Outputs of the wrong shape are the model's doing (an ONNX graph can return anything):
+        # the package's fault, said in words, not an internal error of the job.
         labels = np.asarray(labels, dtype=np.int64)
         if labels.shape != (len(texts),):
-            raise RuntimeError(
-                f"{self.format} runner returned labels of shape {labels.shape} for {len(texts)} texts"
+            raise InvalidPackage(
+                f"the {self.format} model returned labels of shape {labels.shape} for {len(texts)} texts"
             )
         if probs is not None:
             probs = np.asarray(probs, dtype=np.float32)
             if probs.shape != (len(texts), len(self.label_names)):
-                raise RuntimeError(f"{self.format} runner returned probabilities of shape {probs.shape}")
+                raise InvalidPackage(
+                    f"the {self.format} model returned probabilities of shape {probs.shape} for "
+                    f"{len(texts)} texts and {len(self.label_names)} classes"
+                )
         return Predictions(labels=labels, probs=probs)
 
     @abstractmethod

@@ -2,33 +2,15 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import torch
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
-from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
-from transformers.models.auto.modeling_auto import MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES
 
 from app.ml.encoders import configure_threads, default_device, token_batches
-from app.ml.errors import InvalidPackage, UnsafePackage
-from app.ml.packages import REMOTE_CODE_KEYS, LearnwarePackage
+from app.ml.errors import InvalidPackage
+from app.ml.package_content import check_safetensors_files, check_transformers_dir, check_tree, config_errors
+from app.ml.packages import LearnwarePackage
 from app.ml.runners.base import Runner
-
-
-def check_model_type(config: dict[str, object]) -> str:
-    """The model type, if transformers itself implements it with a sequence-classification head."""
-    for key in REMOTE_CODE_KEYS:
-        if config.get(key):
-            raise UnsafePackage(f"config.json sets {key!r}: the dock never runs code shipped with a model")
-    model_type = config.get("model_type")
-    if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING_NAMES:
-        raise InvalidPackage(f"model type {model_type!r} is not built into transformers")
-    if model_type not in MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES:
-        raise InvalidPackage(f"transformers has no sequence-classification model for type {model_type!r}")
-    if config.get("problem_type") not in (None, "single_label_classification"):
-        raise InvalidPackage(f"problem_type {config['problem_type']!r} is not single-label classification")
-    return model_type
 
 
 class HfSeqClsRunner(Runner):
@@ -39,14 +21,13 @@ class HfSeqClsRunner(Runner):
     def __init__(self, package: LearnwarePackage, device: torch.device | None = None, max_tokens: int = 128):
         super().__init__(package.manifest.label_names)
         folder = package.model_path
-        try:
-            raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
-            raise InvalidPackage(f"cannot read model/config.json: {exc}") from exc
-        if not isinstance(raw, dict):
-            raise InvalidPackage("model/config.json must be a JSON object")
-        check_model_type(raw)
+        # transformers opens whatever the folder's JSON names (index shards, tokenizer files,
+        # an adapter's base): every such name is resolved inside the package first.
+        check_tree(package.root)
+        check_transformers_dir(package.root, folder)
+        check_safetensors_files(folder)
         configure_threads()
+        load_errors: tuple[type[Exception], ...] = (*config_errors(), RuntimeError, IndexError)
         self.device = device or default_device()
         try:
             config = AutoConfig.from_pretrained(folder, trust_remote_code=False, local_files_only=True)
@@ -65,8 +46,12 @@ class HfSeqClsRunner(Runner):
             self.tokenizer = AutoTokenizer.from_pretrained(
                 folder, trust_remote_code=False, local_files_only=True
             )
-        except (OSError, ValueError, KeyError, RuntimeError) as exc:
-            raise InvalidPackage(f"transformers cannot load the model directory: {exc}") from exc
+        except load_errors as exc:
+            # A config value of the wrong type surfaces as TypeError/AttributeError deep in
+            # transformers: still the package's fault, reported as such.
+            raise InvalidPackage(
+                f"transformers cannot load the model directory: {type(exc).__name__}: {exc}"
+            ) from exc
         for kind in ("missing_keys", "mismatched_keys"):
             keys = sorted(str(k) for k in info.get(kind) or ())
             if keys:

@@ -9,21 +9,19 @@ classifier node declares, mapped onto the manifest's label order.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
 import onnxruntime as ort
-from google.protobuf.message import DecodeError
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
-from app.ml.errors import InvalidPackage, UnsafePackage
+from app.ml.errors import InvalidPackage
+from app.ml.package_content import check_onnx_model, check_tree, load_onnx, onnx_external_data, onnx_graphs
 from app.ml.packages import LearnwarePackage
 from app.ml.runners.base import Runner
 
-# Operator sets onnxruntime implements itself; any other domain would need a custom-op library.
-ALLOWED_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft"})
 CLASSIFIER_OPS = ("ZipMap", "LinearClassifier", "SVMClassifier", "TreeEnsembleClassifier")
 ORT_ERRORS: tuple[type[Exception], ...] = tuple(
     getattr(ort_state, name)
@@ -46,46 +44,9 @@ LABEL_TYPES = ("tensor(int64)", "tensor(string)")
 PROB_TYPES = ("tensor(float)", "tensor(double)")
 
 
-def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    yield graph
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.HasField("g"):
-                yield from _graphs(attr.g)
-            for sub in attr.graphs:
-                yield from _graphs(sub)
-
-
-def _tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
-    for g in _graphs(graph):
-        yield from g.initializer
-        for sparse in g.sparse_initializer:
-            yield sparse.values
-            yield sparse.indices
-        for node in g.node:
-            for attr in node.attribute:
-                if attr.HasField("t"):
-                    yield attr.t
-                yield from attr.tensors
-
-
-def check_onnx_model(model: onnx.ModelProto) -> None:
-    """Refuse external data files (they are read from paths outside the package) and custom ops."""
-    for tensor in _tensors(model.graph):
-        if tensor.data_location == onnx.TensorProto.EXTERNAL:
-            raise UnsafePackage(f"model.onnx reads tensor {tensor.name!r} from an external file")
-    local = {f.domain for f in model.functions}
-    nodes = [n for g in _graphs(model.graph) for n in g.node] + [n for f in model.functions for n in f.node]
-    for node in nodes:
-        if node.domain not in ALLOWED_DOMAINS and node.domain not in local:
-            raise InvalidPackage(
-                f"model.onnx uses operator {node.op_type!r} of custom domain {node.domain!r}"
-            )
-
-
 def class_labels(model: onnx.ModelProto) -> list[int | str] | None:
     """The class labels a classifier node declares, in the order of its probability columns."""
-    for g in _graphs(model.graph):
+    for g in onnx_graphs(model.graph):
         for node in g.node:
             if node.domain == "ai.onnx.ml" and node.op_type in CLASSIFIER_OPS:
                 for attr in node.attribute:
@@ -96,6 +57,17 @@ def class_labels(model: onnx.ModelProto) -> list[int | str] | None:
     return None
 
 
+def _inline_external_data(model: onnx.ModelProto, root: Path, folder: Path) -> None:
+    """Read tensors stored beside ``model.onnx`` into the model itself, from the files inside the
+    package their checked locations name (onnxruntime would resolve the names on its own)."""
+    for tensor, path, offset, length in onnx_external_data(model, root, folder):
+        with path.open("rb") as fh:
+            fh.seek(offset)
+            tensor.raw_data = fh.read() if length is None else fh.read(length)
+        del tensor.external_data[:]
+        tensor.data_location = onnx.TensorProto.DEFAULT
+
+
 class OnnxRunner(Runner):
     """An ONNX classifier on raw strings, through onnxruntime's CPU provider."""
 
@@ -103,12 +75,10 @@ class OnnxRunner(Runner):
 
     def __init__(self, package: LearnwarePackage, threads: int | None = None):
         super().__init__(package.manifest.label_names)
-        path = package.model_path
-        try:
-            model = onnx.load(str(path), load_external_data=False)
-        except (DecodeError, OSError, ValueError) as exc:
-            raise InvalidPackage(f"model.onnx is not an ONNX model: {exc}") from exc
-        check_onnx_model(model)
+        check_tree(package.root)
+        model = load_onnx(package.model_path)
+        check_onnx_model(model, package.root, package.model_path.parent)
+        _inline_external_data(model, package.root, package.model_path.parent)
         options = ort.SessionOptions()
         if threads:
             options.intra_op_num_threads = threads

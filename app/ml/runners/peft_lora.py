@@ -2,67 +2,30 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import torch
-from peft import LoraConfig, PeftModel, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
+from peft import PeftModel, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-from app.ml.encoders import Encoder, embed_texts, load_encoder, registered_bases
+from app.ml.adapters import read_lora_config
+from app.ml.bases import registered_bases
+from app.ml.encoders import Encoder, embed_texts, load_encoder
 from app.ml.errors import InvalidPackage
 from app.ml.head import LabelNameHead
+from app.ml.package_content import check_tree, resolve_inside
 from app.ml.packages import LearnwarePackage
 from app.ml.runners.base import Runner
+from app.ml.safetensors_header import read_safetensors_header
 
-# adapter_config.json fields that change what the adapter computes; the rest (peft_version,
-# base_model_name_or_path, task_type, ...) is informational and ignored.
-LORA_FIELDS = (
-    "r",
-    "lora_alpha",
-    "target_modules",
-    "exclude_modules",
-    "lora_dropout",
-    "bias",
-    "fan_in_fan_out",
-    "use_rslora",
-    "use_dora",
-    "lora_bias",
-    "layers_to_transform",
-    "layers_pattern",
-    "rank_pattern",
-    "alpha_pattern",
-)
-# Fields that would train or load something beyond LoRA matrices (whole modules, tokens).
-REFUSED_FIELDS = ("modules_to_save", "trainable_token_indices", "layer_replication", "target_parameters")
 HEAD_TEMPERATURE = 0.05
-
-
-def read_lora_config(path: Path) -> LoraConfig:
-    """The LoraConfig of ``adapter_config.json``, refusing other PEFT types and extra modules."""
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise InvalidPackage(f"cannot read {path.name}: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise InvalidPackage(f"{path.name} must be a JSON object")
-    if raw.get("peft_type", "LORA") != "LORA":
-        raise InvalidPackage(f"adapter is of PEFT type {raw.get('peft_type')!r}; only LORA is supported")
-    for key in REFUSED_FIELDS:
-        if raw.get(key):
-            raise InvalidPackage(f"adapter sets {key}={raw[key]!r}: only LoRA matrices are accepted")
-    if not raw.get("target_modules"):
-        raise InvalidPackage(f"{path.name} names no target_modules")
-    try:
-        return LoraConfig(**{k: raw[k] for k in LORA_FIELDS if k in raw and raw[k] is not None})
-    except (TypeError, ValueError) as exc:
-        raise InvalidPackage(f"invalid LoRA settings in {path.name}: {exc}") from exc
 
 
 def load_adapter(model: PeftModel, weights: Path) -> None:
     """Load adapter weights after checking every key and shape against the injected adapter."""
+    read_safetensors_header(weights)  # declared shapes against their bytes, before any allocation
     try:
         state = load_file(str(weights))
     except (OSError, SafetensorError) as exc:
@@ -98,7 +61,16 @@ class PeftLoraRunner(Runner):
             raise InvalidPackage(
                 f"base_model {base!r} is not a registered base; known: {', '.join(registered_bases())}"
             )
-        config = read_lora_config(package.model_path / "adapter_config.json")
+        # The adapter's own base_model_name_or_path is never followed: the base is the manifest's
+        # registered alias, and the two files below must be files the package brought.
+        check_tree(package.root)
+        config_path = resolve_inside(
+            package.root, package.model_path, "adapter_config.json", "a peft-lora package"
+        )
+        weights_path = resolve_inside(
+            package.root, package.model_path, "adapter_model.safetensors", "a peft-lora package"
+        )
+        config = read_lora_config(config_path)
         self.max_tokens = max_tokens
         self.encoder: Encoder = load_encoder(base, fresh=True, device=device)
         # Class names are embedded by the frozen base, before the adapter is injected.
@@ -107,7 +79,7 @@ class PeftLoraRunner(Runner):
             model = get_peft_model(self.encoder.model, config)
         except ValueError as exc:
             raise InvalidPackage(f"adapter does not fit base {base!r}: {exc}") from exc
-        load_adapter(model, package.model_path / "adapter_model.safetensors")
+        load_adapter(model, weights_path)
         self.model: PeftModel = model.eval()
 
     def features(self, texts: list[str], batch_size: int = 32) -> torch.Tensor:

@@ -39,6 +39,7 @@ from transformers import PreTrainedTokenizerBase
 from app.ml.encoders import Encoder, check_texts, mean_pool
 from app.ml.errors import InvalidInput
 from app.ml.head import LabelNameHead
+from app.ml.progress import Progress
 from app.ml.transfer.taskvec import (
     INPUT_GROUP,
     Key,
@@ -48,7 +49,6 @@ from app.ml.transfer.taskvec import (
     module_map,
 )
 
-Progress = Callable[[int, int, str], None]
 Alignment = Literal["word", "pooled"]
 BicoMode = Literal["bico", "theseus", "input_only", "output_only", "naive"]
 Statistic = Literal["act_in", "act_out", "grad_out"]

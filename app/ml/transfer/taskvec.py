@@ -16,10 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from peft import LoraConfig
-from safetensors.torch import save_file
 
-from app.ml.adapters import ADAPTER_WEIGHTS, read_lora_factors
+from app.ml.adapters import read_lora_factors
 from app.ml.errors import DockError, InvalidPackage
 
 ROLES = ("q", "k", "v", "o", "ffn_in", "ffn_out")
@@ -123,54 +121,6 @@ def load_lora_task_vector(adapter_dir: Path, model_type: str) -> TaskVector:
     factors = read_lora_factors(adapter_dir)
     deltas = {parse_module(model_type, module): f.dense() for module, f in factors.items()}
     return TaskVector(model_type, deltas, max(f.rank for f in factors.values()))
-
-
-def lora_factorise(delta: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor, float]:
-    """Truncated SVD ΔW ≈ B·A at ``rank`` (balanced factors); returns A, B and the relative error."""
-    if rank < 1:
-        raise ValueError(f"rank must be >= 1, got {rank}")
-    d = delta.double()
-    u, s, vh = torch.linalg.svd(d, full_matrices=False)
-    k = min(rank, s.numel())
-    root = s[:k].sqrt()
-    b = u[:, :k] * root
-    a = root[:, None] * vh[:k]
-    if k < rank:  # pad with zero directions so every module keeps the declared rank
-        b = torch.cat([b, b.new_zeros(b.shape[0], rank - k)], dim=1)
-        a = torch.cat([a, a.new_zeros(rank - k, a.shape[1])], dim=0)
-    total = float(s.pow(2).sum())
-    error = math.sqrt(float(s[k:].pow(2).sum()) / total) if total > 0 else 0.0
-    return a.float().contiguous(), b.float().contiguous(), error
-
-
-def save_lora_adapter(
-    out_dir: Path, deltas: Mapping[str, torch.Tensor], rank: int, base_name: str
-) -> dict[str, float]:
-    """Write ``deltas`` (module path → ΔW) as a peft LoRA adapter of ``rank`` with scale 1.
-
-    Returns the relative Frobenius error of each module's rank-``rank`` refactorisation (zero
-    up to rounding whenever ΔW already has rank ≤ ``rank``, as a transferred LoRA update does).
-    """
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tensors: dict[str, torch.Tensor] = {}
-    errors: dict[str, float] = {}
-    for module, delta in sorted(deltas.items()):
-        a, b, err = lora_factorise(delta, rank)
-        tensors[f"base_model.model.{module}.lora_A.weight"] = a
-        tensors[f"base_model.model.{module}.lora_B.weight"] = b
-        errors[module] = err
-    config = LoraConfig(
-        r=rank,
-        lora_alpha=rank,
-        target_modules=sorted(deltas),
-        lora_dropout=0.0,
-        bias="none",
-        base_model_name_or_path=base_name,
-    )
-    config.save_pretrained(str(out_dir))
-    save_file(tensors, str(out_dir / ADAPTER_WEIGHTS))
-    return errors
 
 
 def linear_modules(model: torch.nn.Module, model_type: str, keys: list[Key]) -> dict[Key, torch.nn.Linear]:

@@ -1,0 +1,152 @@
+"""``pavedock bench``: the benchmarks on the real datasets (JSON + Markdown + plot), and the
+service and market-scale benchmarks through the API.
+
+Heavy imports happen inside the commands so ``pavedock --help`` is quick.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from app.cli.common import cache_dir, console, datasets_dir
+from app.cli.progress import progress_bar
+
+bench_app = typer.Typer(
+    no_args_is_help=True, help="Benchmarks on the real datasets (JSON + Markdown + plot)."
+)
+
+Profile = Annotated[str, typer.Option("--profile", help="quick (minutes) or full (all tasks)")]
+Out = Annotated[Path, typer.Option("--out", help="JSON file to write; .md and .png are written beside it")]
+Datasets = Annotated[
+    Path | None, typer.Option("--datasets", help="datasets folder (default: settings / ../shared/datasets)")
+]
+Cache = Annotated[Path | None, typer.Option("--cache", help="cache of trained learnwares and specs")]
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command("identify")
+def bench_identify(
+    out: Out, profile: Profile = "quick", datasets: Datasets = None, cache: Cache = None
+) -> None:
+    """The identification benchmark of BENCHMARK.md (PAVE, PAVE♣, RKME; beyond; cost; steps curve)."""
+    from app.bench.identification import run_identification_benchmark
+
+    result = run_identification_benchmark(profile, out, datasets_dir(datasets), cache_dir(cache, "identify"))
+    typer.echo(json.dumps(result["summary"], indent=2))
+
+
+@bench_app.command("spec-time")
+def bench_spec_time(
+    out: Out,
+    datasets: Datasets = None,
+    shots: Annotated[int, typer.Option(help="examples per user task")] = 32,
+    repeats: Annotated[int, typer.Option(help="fits per task and recipe")] = 3,
+) -> None:
+    """Seconds a user waits for a task spec: the default recipe against multi-step ones."""
+    from app.bench.spec_time import run_spec_time_benchmark
+
+    result = run_spec_time_benchmark(out, datasets_dir(datasets), shots=shots, repeats=repeats)
+    typer.echo(json.dumps(result["recipes"], indent=2))
+
+
+@bench_app.command("merge")
+def bench_merge(out: Out, profile: Profile = "quick", datasets: Datasets = None, cache: Cache = None) -> None:
+    """The merging benchmark: every method with and without PACT on 2-, 4- and 8-task groups."""
+    from app.bench.merging import run_merge_benchmark
+
+    with progress_bar("merge benchmark") as report:
+        result = run_merge_benchmark(
+            profile, out, datasets_dir(datasets), report, cache_dir=cache_dir(cache, "merge")
+        )
+    typer.echo(json.dumps(result.get("normalized_accuracy", {}), indent=2))
+
+
+@bench_app.command("pact-sweep")
+def bench_pact_sweep(
+    out: Out, profile: Profile = "quick", datasets: Datasets = None, cache: Cache = None
+) -> None:
+    """Iso-C and TSV-M under several PACT settings (layers, K, side) on the merging benchmark's groups."""
+    from app.bench.pact_sweep import run_pact_sweep
+
+    with progress_bar("PACT sweep") as report:
+        result = run_pact_sweep(
+            profile, out, datasets_dir(datasets), report, cache_dir=cache_dir(cache, "merge")
+        )
+    typer.echo(json.dumps(result["mean_gain"], indent=2))
+
+
+@bench_app.command("transfer")
+def bench_transfer(
+    out: Out, profile: Profile = "quick", datasets: Datasets = None, cache: Cache = None
+) -> None:
+    """The transfer benchmark: MiniLM → MPNet with BiCo, THESEUS-style, naive and UTD."""
+    from app.bench.transfer import run_transfer_benchmark
+
+    with progress_bar("transfer benchmark") as report:
+        result = run_transfer_benchmark(
+            profile,
+            out,
+            datasets_dir(datasets),
+            report,
+            cache_dir=cache_dir(cache, "transfer"),
+        )
+    typer.echo(json.dumps(result.get("gain_over_zero_shot", {}), indent=2))
+
+
+@bench_app.command("service")
+def bench_service(
+    sizes: Annotated[str, typer.Option(help="comma-separated index sizes")] = "1000,100000",
+    clients: Annotated[str, typer.Option(help="comma-separated concurrent client counts")] = "1,4,16",
+    requests: Annotated[int, typer.Option(help="requests per (size, clients) point")] = 200,
+    out: Annotated[Path, typer.Option(help="JSON results; a Markdown table is written beside it")] = Path(
+        "bench-out/service.json"
+    ),
+) -> None:
+    """Identification through the API (uvicorn + HTTP) at several index sizes and client counts."""
+    from app.bench.service import run_service_benchmark
+
+    run_service_benchmark(
+        sizes=[int(s) for s in sizes.split(",")],
+        clients=[int(c) for c in clients.split(",")],
+        requests=requests,
+        out=out,
+        console=console,
+    )
+
+
+@bench_app.command("scale")
+def bench_scale(
+    sizes: Annotated[str, typer.Option(help="comma-separated market sizes")] = "100000,1000000",
+    clients: Annotated[str, typer.Option(help="comma-separated concurrent client counts")] = "1,4,16",
+    requests: Annotated[int, typer.Option(help="requests per (size, clients) point")] = 300,
+    ingest: Annotated[int, typer.Option(help="learnwares written while serving (0: skip)")] = 500,
+    datasets: Datasets = None,
+    cache: Cache = None,
+    work_dir: Annotated[
+        Path | None, typer.Option(help="where the temporary dock lives (needs ~2.2x the codes)")
+    ] = None,
+    api_workers: Annotated[int, typer.Option(help="uvicorn worker processes of the API")] = 1,
+    out: Annotated[Path, typer.Option(help="JSON results")] = Path("bench-out/scale.json"),
+) -> None:
+    """Recall against exact search, HTTP latency, memory, disk, build and ingest at market scale."""
+    from app.bench.scale import run_scale_benchmark
+
+    run_scale_benchmark(
+        sizes=[int(s) for s in sizes.split(",")],
+        clients=[int(c) for c in clients.split(",")],
+        requests=requests,
+        ingest=ingest,
+        datasets_dir=datasets_dir(datasets),
+        cache_dir=cache_dir(cache, "scale"),
+        out=out,
+        work_dir=work_dir,
+        api_workers=api_workers,
+        say=lambda line: typer.echo(line),
+    )

@@ -1,0 +1,114 @@
+"""What the command modules share: the console, the ``--url`` / ``--key`` options (also read
+from ``PAVEDOCK_URL`` / ``PAVEDOCK_API_KEY``), the API client, reading few-shot files, printing
+jobs and matches."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from app.cli.inputs import bad_input, read_jsonl_objects
+
+if TYPE_CHECKING:
+    from app.client import DockClient
+    from app.jobs.schemas import JobRead
+
+console = Console()
+
+Url = Annotated[str, typer.Option("--url", envvar="PAVEDOCK_URL", help="the dock's base URL")]
+Key = Annotated[str | None, typer.Option("--key", envvar="PAVEDOCK_API_KEY", help="an API key (pdk_…)")]
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+def open_client(url: str, key: str | None) -> DockClient:
+    from app.client import DockClient
+
+    if not key:
+        raise typer.BadParameter("an API key is needed: --key or PAVEDOCK_API_KEY (`pavedock keys create`)")
+    return DockClient(url, key)
+
+
+def fail(exc: Exception) -> None:
+    console.print(f"[red]{exc}[/red]")
+    raise typer.Exit(1)
+
+
+def print_job(job: JobRead) -> None:
+    console.print(f"job {job.id} [{job.state.value}] {job.stage} {job.progress:.0%} {job.message}")
+
+
+def wait_and_report(client: DockClient, job_id: int, timeout: float) -> JobRead:
+    last = [-1.0]
+
+    def show(job: JobRead) -> None:
+        if job.progress != last[0] or job.state.value in ("succeeded", "failed", "cancelled"):
+            last[0] = job.progress
+            print_job(job)
+
+    job = client.wait(job_id, timeout=timeout, progress=show)
+    if job.state.value != "succeeded":
+        console.print(f"[red]job {job.id} {job.state.value}: {job.error or job.message}[/red]")
+    return job
+
+
+def read_few_shot(path: Path) -> tuple[list[str], list[Any]]:
+    texts, labels = [], []
+    for number, row in read_jsonl_objects(path):
+        if "text" not in row or "label" not in row:
+            bad_input(f'{path} line {number}: need "text" and "label"')
+        texts.append(str(row["text"]))
+        labels.append(row["label"])
+    return texts, labels
+
+
+def label_names_option(value: str) -> list[str]:
+    path = Path(value)
+    if path.is_file():
+        names = json.loads(path.read_text())
+        return [str(n) for n in names]
+    return [n.strip() for n in value.split(",") if n.strip()]
+
+
+def print_matches(matches: list[Any]) -> None:
+    table = Table("rank", "learnware", "score", "on your examples", "name", "format", "labels")
+    for m in matches:
+        shot = getattr(m, "shot_accuracy", None)
+        confidence = getattr(m, "shot_confidence", None)
+        label_map = getattr(m, "label_map", None)
+        labels = (
+            ", ".join(f"{k}→{v}" for k, v in label_map.items()) if label_map else ", ".join(m.label_names)
+        )
+        table.add_row(
+            str(m.rank),
+            str(m.learnware_id),
+            f"{m.score:.4f}",
+            "–" if shot is None else f"{shot:.0%}" + ("" if confidence is None else f" (p {confidence:.2f})"),
+            m.name,
+            m.model_format,
+            labels[:48],
+        )
+    console.print(table)
+
+
+def datasets_dir(explicit: Path | None = None) -> Path:
+    """``--datasets``, else the settings' (``PAVEDOCK_DATASETS_DIR``, default ../shared/datasets)."""
+    from app.settings import get_settings
+
+    for candidate in (explicit, get_settings().datasets_dir):
+        if candidate and Path(candidate).is_dir():
+            return Path(candidate).resolve()
+    raise typer.BadParameter("no datasets folder: pass --datasets or set PAVEDOCK_DATASETS_DIR")
+
+
+def cache_dir(explicit: Path | None, name: str) -> Path:
+    """``--cache``, else ``name`` under the settings' cache dir (``PAVEDOCK_CACHE_DIR``)."""
+    from app.settings import get_settings
+
+    path = explicit if explicit is not None else get_settings().cache_dir / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -1,0 +1,104 @@
+"""``pavedock serve``: migrations, then the API (uvicorn) and an embedded Celery worker that is
+restarted if it dies and stopped with the API, and Flower on loopback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from typing import Annotated
+
+import typer
+
+from app.cli.common import console
+from app.cli.database import admin_exists
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve)
+
+
+def _die_with_parent() -> None:
+    """In the worker's process: get SIGTERM when ``pavedock serve`` dies, even by SIGKILL (Linux)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+class _EmbeddedWorker(threading.Thread):
+    """The embedded Celery worker: started with the API, restarted if it dies, stopped with it."""
+
+    def __init__(self, queues: str, concurrency: int):
+        super().__init__(name="embedded-worker", daemon=True)
+        self.command = [
+            sys.executable, "-m", "celery", "-A", "workers.main", "worker",
+            "--queues", queues, "--concurrency", str(concurrency), "--loglevel", "INFO",
+            "--hostname", "embedded@%h",
+        ]  # fmt: skip
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        delay = 1.0
+        while not self.stopping.is_set():
+            started = time.monotonic()
+            self.proc = subprocess.Popen(self.command, preexec_fn=_die_with_parent)
+            code = self.proc.wait()
+            if self.stopping.is_set():
+                return
+            console.print(f"[yellow]worker exited with {code}; restarting in {delay:.0f} s[/yellow]")
+            delay = 1.0 if time.monotonic() - started > 60 else min(30.0, delay * 2)
+            self.stopping.wait(delay)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def serve(
+    host: Annotated[str | None, typer.Option(help="bind address (default: settings, 127.0.0.1)")] = None,
+    port: Annotated[int | None, typer.Option(help="port (default: settings, 8000)")] = None,
+    worker: Annotated[bool, typer.Option("--worker/--no-worker", help="start a Celery worker too")] = True,
+    concurrency: Annotated[int | None, typer.Option(help="worker processes (default: settings)")] = None,
+) -> None:
+    """Run the dock: migrations, then the API (uvicorn) and one worker consuming both queues.
+
+    Embedded defaults: SQLite, the local artifact store and a filesystem broker under ./var.
+    Nothing is seeded: make a key with `pavedock keys create`, try `pavedock demo`.
+    """
+    import uvicorn
+
+    from app.admin.flower import start_flower
+    from app.db.migrate import upgrade
+    from app.settings import get_settings
+
+    settings = get_settings()
+    settings.ensure_dirs()
+    upgrade(settings.resolved_database_url)
+    if not admin_exists():
+        console.print("no admin key yet: create one with [bold]pavedock keys create --role admin[/bold]")
+    embedded = None
+    if worker:
+        embedded = _EmbeddedWorker(settings.worker_queues, concurrency or settings.worker_concurrency)
+        embedded.start()
+    start_flower()
+    try:
+        uvicorn.run(
+            "app.main:create_app",
+            factory=True,
+            host=host or settings.host,
+            port=port or settings.port,
+            log_level=(settings.log_level or "info").lower(),
+        )
+    finally:
+        if embedded is not None:
+            embedded.stop()

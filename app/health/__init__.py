@@ -1,0 +1,1 @@
+"""Probes and metrics: liveness, readiness of each dependency, and the Prometheus scrape."""

@@ -1,0 +1,389 @@
+"""The market's pages in headless Chromium against a real dock (uvicorn + a Celery worker):
+
+- a developer signs in, has a bad package refused beside the field (nothing stored), submits a
+  real package and watches it become ready;
+- a user signs in, pastes a few-shot task, sees the learnware of that task ranked first, opens
+  its page, downloads it, fine-tunes it and follows the job until the result is their own;
+- a user cannot open another user's task or a developer's private learnware by URL;
+- a non-admin gets no admin page (no link, a 403 at /admin); an admin gets the link.
+
+With PAVEDOCK_UPDATE_SCREENSHOT=1 each page's screenshot is written to docs/screenshots/.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import io
+import os
+import tempfile
+import time
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from app.db.models import ApiKey, Role
+from app.learnwares import service as learnwares
+from app.ml.data import few_shot, load_task
+from app.tasks import service as tasks
+from app.tasks.schemas import TaskCreate
+from tests.browser.conftest import REPO, Dock
+
+pytestmark = [pytest.mark.browser, pytest.mark.e2e]
+
+SHOTS = (
+    REPO / "docs" / "screenshots"
+    if os.environ.get("PAVEDOCK_UPDATE_SCREENSHOT") == "1"
+    else Path(tempfile.gettempdir()) / "pavedock-web-screenshots"
+)
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+            if value:
+                return value
+        except Exception as exc:  # htmx swaps parts of the page between polls
+            last = exc
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what}" + (f" (last error: {last})" if last else ""))
+
+
+def screenshot(driver: Any, name: str, width: int = 1280) -> None:
+    """The whole page at ``width`` into SHOTS/name.png."""
+    driver.set_window_size(width, 900)
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(width, min(int(height) + 40, 4000))
+    time.sleep(0.4)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    assert driver.save_screenshot(str(SHOTS / f"{name}.png"))
+    driver.set_window_size(1280, 1000)
+
+
+def submit_via_api(dock: Dock, package: Path) -> tuple[int, int]:
+    response = httpx.post(
+        f"{dock.url}/v1/learnwares",
+        headers=dock.auth(dock.developer),
+        files={"package": (package.name, package.read_bytes(), "application/zip")},
+        timeout=120,
+    )
+    assert response.status_code == 202, response.text
+    return int(response.json()["learnware_id"]), int(response.json()["job_id"])
+
+
+def learnware(dock: Dock, learnware_id: int, token: str) -> dict[str, Any]:
+    response = httpx.get(f"{dock.url}/v1/learnwares/{learnware_id}", headers=dock.auth(token))
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def wait_ready(dock: Dock, learnware_id: int, timeout: float = 300) -> None:
+    wait_for(
+        f"learnware {learnware_id} to be ready (logs in {dock.logs})",
+        lambda: learnware(dock, learnware_id, dock.admin)["status"] == "ready",
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="module")
+def catalog(market: Dock, lora_packages: dict[str, Path], tfidf_packages: dict[str, Path]) -> dict[str, int]:
+    """A small real market, submitted through the API: an SST-2 LoRA adapter and two other
+    tasks' ONNX models, all indexed."""
+    ids = {
+        "sst2-lora": submit_via_api(market, lora_packages["sst2"])[0],
+        "trec-tfidf": submit_via_api(market, tfidf_packages["trec"])[0],
+        "sms-tfidf": submit_via_api(market, tfidf_packages["sms_spam"])[0],
+    }
+    for learnware_id in ids.values():
+        wait_ready(market, learnware_id)
+    return ids
+
+
+def sign_in(driver: Any, dock: Dock, token: str) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    driver.delete_all_cookies()
+    driver.get(f"{dock.url}/signin")
+    field = wait_for("the sign-in form", lambda: driver.find_element(By.ID, "api_key"))
+    field.send_keys(token + Keys.ENTER)  # the keyboard alone signs in
+    wait_for("the signed-in page", lambda: driver.find_element(By.ID, "whoami").is_displayed())
+
+
+def assert_labelled(driver: Any) -> None:
+    """Every visible form control has a label (or an aria-label) a screen reader announces."""
+    unlabelled = driver.execute_script(
+        """return [...document.querySelectorAll("input, select, textarea")]
+            .filter((el) => el.type !== "hidden" && !(el.labels && el.labels.length) && !el.getAttribute("aria-label"))
+            .map((el) => el.id || el.name);"""
+    )
+    assert unlabelled == [], unlabelled
+
+
+def drop_file(driver: Any, zone_selector: str, name: str, data: bytes) -> None:
+    """Drag and drop a file onto a drop zone, as a desktop would (a DragEvent with files)."""
+    driver.execute_script(
+        """const [selector, name, b64] = arguments;
+        const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+        const transfer = new DataTransfer();
+        transfer.items.add(new File([bytes], name, {type: "application/zip"}));
+        const zone = document.querySelector(selector);
+        zone.dispatchEvent(new DragEvent("dragover", {bubbles: true, cancelable: true, dataTransfer: transfer}));
+        zone.dispatchEvent(new DragEvent("drop", {bubbles: true, cancelable: true, dataTransfer: transfer}));""",
+        zone_selector,
+        name,
+        base64.b64encode(data).decode(),
+    )
+
+
+def assert_console_clean(driver: Any) -> None:
+    """No script error and nothing the page's CSP refused (htmx and web.js run under it)."""
+    errors = [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    refused = [m for m in errors if "Content Security Policy" in m or "Uncaught" in m]
+    assert not refused, refused
+
+
+def nav_links(driver: Any) -> list[str]:
+    from selenium.webdriver.common.by import By
+
+    return [a.get_attribute("data-nav") for a in driver.find_elements(By.CSS_SELECTOR, "nav [data-nav]")]
+
+
+def test_developer_submits_a_package_and_sees_it_ready(
+    market: Dock, browser: Any, catalog: dict[str, int], lora_packages: dict[str, Path], tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    driver = browser
+    driver.get(f"{market.url}/submit")
+    wait_for("the sign-in redirect", lambda: "/signin" in driver.current_url)
+    screenshot(driver, "signin")
+    sign_in(driver, market, market.developer)
+    assert nav_links(driver) == ["/", "/find", "/submit", "/mine"]
+
+    # A zip without learnware.yaml: refused beside the field, with the API's reason; nothing kept.
+    bad = tmp_path / "not-a-learnware.zip"
+    with zipfile.ZipFile(bad, "w") as zf:
+        zf.writestr("model.onnx", b"not a model")
+    driver.get(f"{market.url}/submit")
+    assert_labelled(driver)
+    drop_file(driver, "[data-dropzone]", bad.name, bad.read_bytes())
+    assert driver.execute_script("return document.getElementById('package').files[0].name") == bad.name
+    driver.find_element(By.ID, "submit-button").click()
+    error = wait_for("the refusal", lambda: driver.find_element(By.ID, "package-error").text)
+    assert "learnware.yaml" in error
+    assert driver.find_element(By.ID, "package").get_attribute("aria-invalid") == "true"
+    mine = httpx.get(
+        f"{market.url}/v1/learnwares", params={"mine": True}, headers=market.auth(market.developer)
+    )
+    assert mine.json()["pagination"]["total_count"] == len(catalog)  # only the catalog's
+    screenshot(driver, "submit")
+
+    # A real package: uploaded with a progress bar, then followed until it is ready.
+    driver.find_element(By.ID, "package").send_keys(str(lora_packages["sms_spam"]))
+    driver.find_element(By.ID, "submit-button").click()
+    wait_for("the learnware's page", lambda: "/learnwares/" in driver.current_url)
+    learnware_id = int(driver.current_url.rstrip("/").split("/")[-1])
+    wait_for(
+        f"learnware {learnware_id} to be ready on its page (logs in {market.logs})",
+        lambda: driver.find_element(By.CSS_SELECTOR, "#lw-status .badge").text == "ready",
+        timeout=300,
+    )
+    assert "sms" in driver.find_element(By.TAG_NAME, "h1").text.lower()
+    assert "Ready and indexed" in driver.find_element(By.ID, "lw-status").text
+    assert learnware(market, learnware_id, market.developer)["status"] == "ready"
+
+    driver.get(f"{market.url}/mine")
+    row = wait_for(
+        "my learnwares", lambda: driver.find_element(By.CSS_SELECTOR, f'tr[data-learnware="{learnware_id}"]')
+    )
+    assert "ready" in row.text
+    screenshot(driver, "mine")
+    assert_console_clean(driver)
+
+
+def _shots_csv(datasets_dir: Path) -> tuple[str, list[str]]:
+    shots = few_shot(load_task(datasets_dir, "sst2", "train"), per_class=6, seed=0)
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["text", "label"])
+    for text, label in zip(shots.texts, shots.labels, strict=True):
+        writer.writerow([text, shots.label_names[int(label)]])
+    return out.getvalue(), list(shots.label_names)
+
+
+def test_user_finds_a_model_downloads_and_fine_tunes_it(
+    market: Dock, browser: Any, downloads: Path, catalog: dict[str, int], datasets_dir: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    driver = browser
+    sign_in(driver, market, market.user)
+    assert nav_links(driver) == ["/", "/find", "/mine"]
+
+    # Browse: search over label names finds the adapter; a filter narrows to ONNX models.
+    box = driver.find_element(By.ID, "q")
+    box.send_keys("positive")
+    wait_for("the search", lambda: "matching “positive”" in driver.find_element(By.ID, "result-count").text)
+    cards = driver.find_elements(By.CSS_SELECTOR, "#results .card")
+    assert [int(c.get_attribute("data-learnware")) for c in cards] == [catalog["sst2-lora"]]
+    assert "?q=positive" in driver.current_url
+
+    # Find a model: paste the task's examples (CSV with a header).
+    text, label_names = _shots_csv(datasets_dir)
+    driver.get(f"{market.url}/find")
+    assert_labelled(driver)
+    driver.find_element(By.ID, "examples").send_keys("just one line,positive")
+    driver.find_element(By.ID, "find-button").click()
+    error = wait_for("the refusal", lambda: driver.find_element(By.ID, "examples-error").text)
+    assert "at least two" in error
+    screenshot(driver, "find")
+    field = driver.find_element(By.ID, "examples")
+    field.clear()
+    field.send_keys(text)
+    driver.find_element(By.ID, "find-button").click()
+    wait_for("the task's page", lambda: "/tasks/" in driver.current_url)
+    task_id = int(driver.current_url.rstrip("/").split("/")[-1])
+    first = wait_for(
+        f"the ranking (logs in {market.logs})",
+        lambda: driver.find_element(By.CSS_SELECTOR, "#ranking li"),
+        timeout=300,
+    )
+    assert int(first.get_attribute("data-learnware")) == catalog["sst2-lora"]
+    assert first.get_attribute("data-rank") == "1"
+    assert "your label set" in first.text and "Accuracy on your examples" in first.text
+    assert driver.find_element(By.ID, "reuse").is_displayed()
+    assert_labelled(driver)
+    screenshot(driver, "task")
+
+    # Its page, in another tab (the task's page keeps the pasted examples for the fine-tune).
+    task_tab = driver.current_window_handle
+    driver.switch_to.new_window("tab")
+    driver.get(f"{market.url}/learnwares/{catalog['sst2-lora']}")
+    assert "pavedock download" in driver.find_element(By.ID, "code-cli").text
+    assert driver.find_element(By.ID, "code-peft").text
+    driver.find_element(By.ID, "download").click()
+    package = wait_for("the download", lambda: next((p for p in downloads.glob("*.zip")), None), timeout=60)
+    with zipfile.ZipFile(package) as zf:
+        assert "learnware.yaml" in zf.namelist()
+    driver.refresh()
+    assert driver.find_element(By.ID, "downloads").text == "1"
+    assert_labelled(driver)
+    screenshot(driver, "learnware")
+    driver.close()
+    driver.switch_to.window(task_tab)
+
+    # Fine-tune it on the examples and follow the job until the result is this user's.
+    steps = driver.find_element(By.ID, "steps")
+    steps.clear()
+    steps.send_keys("10")
+    assert label_names == [
+        n.strip() for n in driver.find_element(By.ID, "reuse-label_names").get_attribute("value").split(",")
+    ]
+    driver.find_element(By.ID, "reuse-button").click()
+    made = wait_for(
+        f"the fine-tuned learnware (logs in {market.logs})",
+        lambda: driver.find_element(By.ID, "made"),
+        timeout=600,
+    )
+    assert "Ready" in made.text and "your own learnware" in made.text
+    assert driver.find_element(By.CSS_SELECTOR, "[data-role=heldout]").text.endswith("%")
+    screenshot(driver, "fine-tune")
+    made.find_element(By.TAG_NAME, "a").click()
+    wait_for("its page", lambda: "Fine-tuned from" in driver.find_element(By.ID, "lineage").text)
+    own_id = int(driver.current_url.rstrip("/").split("/")[-1])
+    own = learnware(market, own_id, market.user)
+    assert own["status"] == "ready" and own["lineage"]["from"] == [catalog["sst2-lora"]]
+    assert learnware(market, catalog["sst2-lora"], market.user)["ranked_first_count"] >= 1
+    driver.get(f"{market.url}/tasks/{task_id}")
+    assert driver.find_element(By.CSS_SELECTOR, "#ranking li").get_attribute("data-learnware") == str(
+        catalog["sst2-lora"]
+    )
+
+    # The market by downloads: the adapter first, with its counters; the user's own fine-tune
+    # among the cards (private, theirs alone).
+    driver.get(f"{market.url}/?sort=downloads")
+    cards = driver.find_elements(By.CSS_SELECTOR, "#results .card")
+    assert int(cards[0].get_attribute("data-learnware")) == catalog["sst2-lora"]
+    assert own_id in [int(c.get_attribute("data-learnware")) for c in cards]
+    assert_labelled(driver)
+    screenshot(driver, "browse")
+    screenshot(driver, "browse-phone", width=390)
+    assert_console_clean(driver)
+
+
+def test_a_user_cannot_reach_another_users_task_or_a_private_learnware(
+    market: Dock,
+    browser: Any,
+    catalog: dict[str, int],
+    lora_packages: dict[str, Path],
+    datasets_dir: Path,
+    tmp_path: Path,
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    # Through the service layer: the first user's task, and a developer's private learnware.
+    shots = few_shot(load_task(datasets_dir, "sst2", "train"), per_class=3, seed=1)
+    with market.runtime.db.session() as session:
+        user = session.query(ApiKey).filter_by(name="browser user").one()
+        developer = session.query(ApiKey).filter_by(name="browser developer").one()
+        task, _ = tasks.create_few_shot(
+            session,
+            market.runtime,
+            user,
+            TaskCreate(
+                texts=shots.texts, labels=[int(y) for y in shots.labels], label_names=shots.label_names
+            ),
+        )
+        copy = tmp_path / "private.zip"
+        with zipfile.ZipFile(lora_packages["sst2"]) as src, zipfile.ZipFile(copy, "w") as dst:
+            for item in src.infolist():
+                dst.writestr(item, src.read(item))
+            dst.writestr("NOTES.txt", "a private copy")  # another sha256: not a duplicate
+        private, _ = learnwares.submit(session, market.runtime, developer, copy, None, private=True)
+        task_id, private_id = task.id, private.id
+        assert developer.role == Role.developer
+
+    driver = browser
+    sign_in(driver, market, market.user2)
+    driver.get(f"{market.url}/tasks/{task_id}")
+    assert "403" in driver.find_element(By.TAG_NAME, "h1").text
+    assert "belongs to another key" in driver.find_element(By.ID, "error-message").text
+    driver.get(f"{market.url}/tasks/{task_id}/progress")
+    assert "403" in driver.find_element(By.TAG_NAME, "h1").text
+    for path in (f"/learnwares/{private_id}", f"/learnwares/{private_id}/download"):
+        driver.get(f"{market.url}{path}")
+        assert "404" in driver.find_element(By.TAG_NAME, "h1").text, path
+    # The owner sees both.
+    sign_in(driver, market, market.user)
+    driver.get(f"{market.url}/tasks/{task_id}")
+    assert driver.find_element(By.TAG_NAME, "h1").text == f"Task {task_id}"
+    sign_in(driver, market, market.developer)
+    driver.get(f"{market.url}/learnwares/{private_id}")
+    assert driver.find_element(By.CSS_SELECTOR, "[data-learnware]").get_attribute("data-learnware") == str(
+        private_id
+    )
+
+
+def test_only_admins_get_the_admin_page(market: Dock, browser: Any, catalog: dict[str, int]) -> None:
+    from selenium.webdriver.common.by import By
+
+    driver = browser
+    for token in (market.user, market.developer):
+        sign_in(driver, market, token)
+        assert "/admin" not in nav_links(driver)
+        driver.get(f"{market.url}/admin")
+        assert "403" in driver.find_element(By.TAG_NAME, "h1").text
+        assert "needs an admin key" in driver.find_element(By.ID, "error-message").text
+        assert not driver.find_elements(By.ID, "dashboard")
+    sign_in(driver, market, market.admin)
+    assert nav_links(driver)[-1] == "/admin"
+    driver.find_element(By.CSS_SELECTOR, 'nav [data-nav="/admin"]').click()
+    wait_for("the dashboard's sign-in form", lambda: driver.find_element(By.ID, "api-key").is_displayed())

@@ -1,0 +1,1 @@
+"""Tests of the database layer: the schema is the migrations'."""

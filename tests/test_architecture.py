@@ -1,0 +1,244 @@
+"""The layout keeps its architecture (docs/architecture.md): the import graph of app/ and workers/
+has no circles, the ML core imports no web, database or Celery code, and every import runs down
+the layers except the few arrows by which a composition root reaches its parts, named below.
+
+The graph is read from the source with ``ast`` (imports inside functions and under
+TYPE_CHECKING count too), so nothing is imported to check it.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("app", "workers")
+
+# Bottom to top. A module may import its own layer and the layers below it.
+LAYERS = (
+    "ml core",
+    "foundations",
+    "infrastructure",
+    "runtime",
+    "http kit",
+    "domains",
+    "pages",
+    "entry points",
+)
+
+INFRASTRUCTURE = {"app.jobs.stages", "app.jobs.dispatch", "app.jobs.service", "app.index.registry"}
+DOMAINS = (
+    "app.auth",
+    "app.spec_spaces",
+    "app.learnwares",
+    "app.tasks",
+    "app.reuse",
+    "app.jobs",
+    "app.index",
+    "app.health",
+)
+# The pages people use: the market's web pages and the admin dashboard (which shares their
+# sign-in), on top of the domains' services.
+PAGES = ("app.web", "app.admin")
+ENTRY_POINTS = ("app.main", "app.client", "app.cli", "app.bench", "workers")
+
+# The only arrows that run back up: the runtime, a composition root below the domains that use
+# it, builds a process's parts, and two of them live above it.
+UPWARD_ARROWS = {
+    ("app.runtime", "app.spec_spaces.service"): "the default space's id (config + base weights)",
+    ("app.runtime", "workers.celery_app"): "make_celery: the Celery app is made by workers/ alone",
+}
+
+# Third-party packages of the service side: the ML core imports none of them.
+SERVICE_LIBRARIES = {
+    "alembic",
+    "boto3",
+    "botocore",
+    "celery",
+    "fastapi",
+    "flower",
+    "httpx",
+    "kombu",
+    "prometheus_client",
+    "pydantic_settings",
+    "redis",
+    "rich",
+    "sqlalchemy",
+    "starlette",
+    "typer",
+    "uvicorn",
+}
+
+
+def _within(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def layer_of(module: str) -> int:
+    """The layer a module of app/ or workers/ belongs to (an index into LAYERS)."""
+    if _within(module, ("app.ml",)):
+        return 0
+    if module in ("app", "app.errors", "app.settings"):
+        return 1
+    if _within(module, ("app.db", "app.storage")) or module in INFRASTRUCTURE:
+        return 2
+    if module == "app.runtime":
+        return 3
+    if _within(module, ("app.api",)):
+        return 4
+    if _within(module, DOMAINS):
+        return 5
+    if _within(module, PAGES):
+        return 6
+    if _within(module, ENTRY_POINTS):
+        return 7
+    raise AssertionError(f"{module} is in no layer: add it to tests/test_architecture.py and the doc")
+
+
+def modules() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join(parts)] = path
+    return found
+
+
+def _imported_names(module: str, path: Path) -> Iterator[tuple[str, str | None]]:
+    """(module named by an import, the name imported from it or None) for every import."""
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, None
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package[: len(package) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                yield base, alias.name
+
+
+def import_graph() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """Arrows between the modules of app/ and workers/, and the top-level third-party packages
+    each module imports."""
+    known = modules()
+
+    def resolve(name: str) -> str | None:
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    arrows: dict[str, set[str]] = {}
+    external: dict[str, set[str]] = {}
+    for module, path in known.items():
+        targets: set[str] = set()
+        libraries: set[str] = set()
+        for base, name in _imported_names(module, path):
+            if base.split(".")[0] not in PACKAGES:
+                libraries.add(base.split(".")[0])
+                continue
+            full = f"{base}.{name}" if name else base
+            target = resolve(full if full in known else base)
+            if target is not None and target != module:
+                targets.add(target)
+        arrows[module] = targets
+        external[module] = libraries
+    return arrows, external
+
+
+def circles(arrows: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(arrows[node]):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(arrows):
+        if node not in index:
+            visit(node)
+    return found
+
+
+@pytest.fixture(scope="module")
+def graph() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    return import_graph()
+
+
+def test_the_graph_is_read_from_the_whole_tree(
+    graph: tuple[dict[str, set[str]], dict[str, set[str]]],
+) -> None:
+    arrows, _ = graph
+    assert {"app.main", "app.runtime", "app.ml.pave", "workers.tasks"} <= set(arrows)
+    assert "app.runtime" in arrows["app.main"]
+    assert "app.ml.errors" in arrows["app.errors"]  # a from-import of a module's name
+
+
+def test_there_are_no_import_circles(graph: tuple[dict[str, set[str]], dict[str, set[str]]]) -> None:
+    arrows, _ = graph
+    assert circles(arrows) == []
+
+
+def test_circles_are_found() -> None:
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_ml_core_imports_no_web_database_or_celery_code(
+    graph: tuple[dict[str, set[str]], dict[str, set[str]]],
+) -> None:
+    arrows, external = graph
+    core = [m for m in arrows if _within(m, ("app.ml",))]
+    assert core
+    outside = {m: sorted(t for t in arrows[m] if not _within(t, ("app.ml",))) for m in core}
+    assert {m: t for m, t in outside.items() if t} == {}
+    service = {m: sorted(external[m] & SERVICE_LIBRARIES) for m in core}
+    assert {m: libs for m, libs in service.items() if libs} == {}
+
+
+def test_every_module_has_a_layer(graph: tuple[dict[str, set[str]], dict[str, set[str]]]) -> None:
+    arrows, _ = graph
+    for module in arrows:
+        layer_of(module)
+
+
+def test_arrows_run_down_the_layers_but_the_named_ones(
+    graph: tuple[dict[str, set[str]], dict[str, set[str]]],
+) -> None:
+    arrows, _ = graph
+    upward = {
+        (source, target): f"{LAYERS[layer_of(source)]} -> {LAYERS[layer_of(target)]}"
+        for source, targets in arrows.items()
+        for target in targets
+        if layer_of(target) > layer_of(source)
+    }
+    assert {arrow: why for arrow, why in upward.items() if arrow not in UPWARD_ARROWS} == {}
+    # The named arrows still exist (the list stays true as the code changes).
+    assert set(UPWARD_ARROWS) <= set(upward)

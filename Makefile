@@ -42,6 +42,7 @@ test: lint typecheck unit
 
 docs: install
 	$(VENV)/bin/python -c "from app.ml.merging import methods_markdown; import pathlib; pathlib.Path('docs/merge-methods.md').write_text(methods_markdown())"
+	$(VENV)/bin/python -c "from app.ml.package_docs import write_reference; import pathlib; write_reference(pathlib.Path('docs/packages.md'))"
 
 bench: install
 	$(VENV)/bin/pavedock bench identify --profile quick --out bench-out/identify-quick.json

@@ -137,7 +137,9 @@ class Settings(BaseSettings):
 
     @property
     def resolved_broker_url(self) -> str:
-        return self.broker_url or "filesystem://"
+        # The filesystem transport ignores the host, but kombu warns "No hostname was supplied"
+        # on every connection without one: name the host it would assume.
+        return self.broker_url or "filesystem://localhost/"
 
     @property
     def broker_dir(self) -> Path:

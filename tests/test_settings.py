@@ -23,7 +23,7 @@ def test_defaults_serve_the_embedded_mode(monkeypatch: pytest.MonkeyPatch) -> No
     assert settings.resolved_database_url.startswith(
         "sqlite:///"
     ) and settings.resolved_database_url.endswith("var/dock.sqlite")
-    assert settings.resolved_broker_url == "filesystem://"
+    assert settings.resolved_broker_url == "filesystem://localhost/"
     assert settings.resolved_artifacts_dir == Path("var/artifacts")
     assert settings.storage_backend == "local"
     assert len(settings.space_configs) == 1 and settings.space_configs[0].base == "all-MiniLM-L6-v2"

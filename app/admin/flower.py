@@ -60,7 +60,11 @@ def flower_command(settings: AdminSettings) -> list[str] | None:
     port = url.port or (443 if url.scheme == "https" else 80)
     command = [
         sys.executable, "-m", "celery", "-A", "workers.main", "flower",
-        f"--address={host}", f"--port={port}", "--logging=warning",
+        # Errors only: at start Flower asks workers that are still starting about themselves and
+        # warns "Inspect method … failed" for each question, then asks again on its own.
+        f"--address={host}", f"--port={port}", "--logging=error",
+        # The embedded broker polls its folders: answers take a second or two, over Flower's 1 s.
+        f"--inspect_timeout={settings.worker_inspect_timeout_s * 1000:.0f}",
     ]  # fmt: skip
     prefix = url.path.strip("/")
     if prefix:

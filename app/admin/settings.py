@@ -6,9 +6,9 @@ operator sets both the same way (``PAVEDOCK_FLOWER_URL=…``).
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -19,6 +19,8 @@ class AdminSettings(BaseSettings):
 
     flower_url: str = "http://127.0.0.1:5555"
     """Flower as an admin's browser reaches it (linked from the page); empty hides the link."""
+    flower_port: int | None = Field(default=None, ge=1, le=65535)
+    """Flower's port, replacing the one in ``flower_url`` (``PAVEDOCK_FLOWER_PORT=5556``)."""
     serve_flower: bool = True
     """``pavedock serve`` starts Flower on ``flower_url``'s host and port (a local URL only)."""
     admin_sample_interval_s: float = Field(default=10.0, gt=0)
@@ -38,3 +40,12 @@ class AdminSettings(BaseSettings):
         if value and urlsplit(value).scheme not in ("http", "https"):
             raise ValueError(f"PAVEDOCK_FLOWER_URL must be an http(s) URL, not {value!r}")
         return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _port(self) -> AdminSettings:
+        if self.flower_port is not None and self.flower_url:
+            url = urlsplit(self.flower_url)
+            host = url.hostname or "127.0.0.1"
+            host = f"[{host}]" if ":" in host else host
+            self.flower_url = urlunsplit(url._replace(netloc=f"{host}:{self.flower_port}")).rstrip("/")
+        return self

@@ -34,9 +34,10 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import Pipeline
 from threadpoolctl import threadpool_limits
 from transformers import (
-    AutoModelForSequenceClassification,
+    AutoModel,
     AutoTokenizer,
     BertForSequenceClassification,
+    BertModel,
     PreTrainedTokenizerBase,
 )
 
@@ -47,6 +48,7 @@ from app.ml.errors import InvalidInput
 from app.ml.finetune import LoraClassifier
 from app.ml.head import check_label_names
 from app.ml.packages import Manifest, build_package, files_under, inputs_jsonl
+from app.ml.packaging import ONNX_LOCALE
 from app.ml.progress import Progress
 
 DEFAULT_BASE = "all-MiniLM-L6-v2"
@@ -55,9 +57,6 @@ INPUTS_NAME = "inputs.jsonl"
 # ASCII word tokens of 2+ characters: onnxruntime's Tokenizer (re2) matches it exactly as
 # Python's re does, so the exported model reproduces scikit-learn's probabilities.
 TOKEN_PATTERN = r"[a-zA-Z0-9_]{2,}"
-# Lower-casing runs in onnxruntime's StringNormalizer under this locale; "C.UTF-8" ships with
-# glibc, where skl2onnx's default (en_US.UTF-8) is often not installed.
-ONNX_LOCALE = "C.UTF-8"
 
 
 def corrupt_labels(labels: np.ndarray, share: float, num_classes: int, seed: int) -> np.ndarray:
@@ -267,19 +266,22 @@ def train_linear_head_learnware(
     path = resolve_base(base)
     configure_threads()
     torch.manual_seed(seed)
-    model = AutoModelForSequenceClassification.from_pretrained(
-        path,
-        num_labels=len(names),
-        id2label=dict(enumerate(names)),
-        label2id={n: i for i, n in enumerate(names)},
-        trust_remote_code=False,
-        use_safetensors=True,
-        local_files_only=True,
+    # The base checkpoint has no classifier: loading it as a sequence classifier would make a
+    # random head (and transformers report it as "MISSING … newly initialized"). The head is
+    # set from the regression below, so load the encoder alone and put a head on it.
+    encoder = AutoModel.from_pretrained(
+        path, trust_remote_code=False, use_safetensors=True, local_files_only=True
     )
-    if not isinstance(model, BertForSequenceClassification):
+    if not isinstance(encoder, BertModel):
         raise InvalidInput(
-            f"a linear-head learnware needs a BERT base, {base!r} is {model.config.model_type!r}"
+            f"a linear-head learnware needs a BERT base, {base!r} is {encoder.config.model_type!r}"
         )
+    config = encoder.config
+    config.num_labels = len(names)
+    config.id2label = dict(enumerate(names))
+    config.label2id = {n: i for i, n in enumerate(names)}
+    model = BertForSequenceClassification(config)
+    model.bert = encoder
     cast(torch.nn.Module, model).to(default_device()).eval()
     tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False, local_files_only=True)
     features = pooler_features(model, tokenizer, train.texts, max_tokens=max_tokens)

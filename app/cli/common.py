@@ -5,6 +5,7 @@ jobs and matches."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -13,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from app.cli.inputs import bad_input, read_jsonl_objects
+from app.cli.where import URL_HELP, default_dock_url
 
 if TYPE_CHECKING:
     from app.client import DockClient
@@ -20,9 +22,9 @@ if TYPE_CHECKING:
 
 console = Console()
 
-Url = Annotated[str, typer.Option("--url", envvar="PAVEDOCK_URL", help="the dock's base URL")]
+Url = Annotated[str, typer.Option("--url", envvar="PAVEDOCK_URL", help=URL_HELP)]
 Key = Annotated[str | None, typer.Option("--key", envvar="PAVEDOCK_API_KEY", help="an API key (pdk_…)")]
-DEFAULT_URL = "http://127.0.0.1:8000"
+DEFAULT_URL = default_dock_url()  # where `pavedock serve` listens with this environment
 
 
 def open_client(url: str, key: str | None) -> DockClient:
@@ -43,6 +45,19 @@ def print_job(job: JobRead) -> None:
 
 
 def wait_and_report(client: DockClient, job_id: int, timeout: float) -> JobRead:
+    if sys.stderr.isatty():  # a bar in a terminal; one line per step in logs and pipes
+        from app.cli.progress import progress_bar
+
+        with progress_bar(f"job {job_id}", unit="%") as report:
+            job = client.wait(
+                job_id,
+                timeout=timeout,
+                progress=lambda j: report(round(j.progress * 100), 100, f"{j.stage} {j.message}"[:60]),
+            )
+        print_job(job)
+        if job.state.value != "succeeded":
+            console.print(f"[red]job {job.id} {job.state.value}: {job.error or job.message}[/red]")
+        return job
     last = [-1.0]
 
     def show(job: JobRead) -> None:
@@ -74,6 +89,12 @@ def label_names_option(value: str) -> list[str]:
     return [n.strip() for n in value.split(",") if n.strip()]
 
 
+RANK_ORDER = (
+    "order: label set (yours, then as many classes, then the rest), then accuracy on your examples "
+    "where checked (ties: p, the mean probability of the true labels), then score (the spec's cosine)"
+)
+
+
 def print_matches(matches: list[Any]) -> None:
     table = Table("rank", "learnware", "score", "on your examples", "name", "format", "labels")
     for m in matches:
@@ -93,6 +114,7 @@ def print_matches(matches: list[Any]) -> None:
             labels[:48],
         )
     console.print(table)
+    console.print(RANK_ORDER, style="dim", soft_wrap=True)
 
 
 def datasets_dir(explicit: Path | None = None) -> Path:

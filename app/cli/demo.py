@@ -11,14 +11,20 @@ import json
 import shlex
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
 from app.cli.common import DEFAULT_URL, Url, console, datasets_dir, print_matches
 from app.cli.keys import create_key_in_db
+from app.cli.progress import progress_bar
+from app.cli.where import pavedock_command
 from app.client import DockAPIError, DockClient
+
+if TYPE_CHECKING:
+    from app.jobs.schemas import JobRead
+    from app.ml.progress import Progress
 
 # (dataset, family): five small learnwares for five different tasks.
 MARKET: list[tuple[str, str]] = [
@@ -63,6 +69,15 @@ def _keys(url: str, admin_key: str | None) -> tuple[str, str]:
     return create_key_in_db("developer", "demo developer"), create_key_in_db("user", "demo user")
 
 
+def _job_bar(report: Progress) -> Callable[[JobRead], None]:
+    """A job's progress (0..1, stage message) as a progress bar in percent."""
+
+    def show(job: JobRead) -> None:
+        report(round(job.progress * 100), 100, job.message[:40])
+
+    return show
+
+
 def run_demo(
     *, url: str, admin_key: str | None, datasets: Path | None, lora: bool, cache: Path, console: Console
 ) -> None:
@@ -73,7 +88,11 @@ def run_demo(
         try:
             ready = probe.ready()
         except Exception as exc:
-            raise SystemExit(f"no dock at {url} ({exc}): start it first with `make run`") from exc
+            raise SystemExit(
+                f"no dock at {url} ({type(exc).__name__}): start it with `make run` in the checkout; "
+                "if it runs elsewhere or on another port, say where with --url or PAVEDOCK_URL "
+                "(e.g. PAVEDOCK_URL=http://127.0.0.1:8100), or run both with the same PAVEDOCK_PORT"
+            ) from exc
     if ready.get("status") != "ready":
         raise SystemExit(f"the dock at {url} is not ready: {json.dumps(ready.get('checks'))}")
     developer, user = _keys(url, admin_key)
@@ -87,12 +106,15 @@ def run_demo(
             try:
                 sub = dev.submit(package)
             except DockAPIError as exc:
-                console.print(f"[yellow]{name}: {exc.message}[/yellow]")
+                # A second demo on the same dock: its learnwares are there already (the dock
+                # refuses the same weights twice), and the task below still finds them.
+                console.print(f"[yellow]{name}: not submitted: {exc.message}[/yellow]", soft_wrap=True)
                 continue
             submitted.append((f"{name}-{family}", sub.learnware_id, sub.job_id))
             console.print(f"  submitted as learnware {sub.learnware_id} (job {sub.job_id})")
         for label, learnware_id, job_id in submitted:
-            job = dev.wait(job_id, timeout=1800)
+            with progress_bar(f"learnware {learnware_id} ({label})", unit="%") as report:
+                job = dev.wait(job_id, timeout=1800, progress=_job_bar(report))
             state = "indexed" if job.state.value == "succeeded" else f"{job.state.value}: {job.error}"
             console.print(f"learnware {learnware_id} ({label}): {state}")
     query = few_shot(load_task(data, QUERY_TASK, "test"), per_class=8, seed=1)
@@ -106,16 +128,30 @@ def run_demo(
     console.print(f"posting a {len(query)}-shot task from the {QUERY_TASK} test split as a user …")
     with DockClient(url, user) as client:
         posted = client.task(query.texts, [int(y) for y in query.labels], query.label_names)
-        result = client.wait_task(posted.task_id, timeout=900)
+        with progress_bar(f"task {posted.task_id}", unit="%") as report:
+            result = client.wait_task(posted.task_id, timeout=900, progress=_job_bar(report))
     print_matches(result.matches)
     best = result.matches[0].learnware_id if result.matches else 1
+    cmd = pavedock_command()
+    # Jobs are seen by the key that started them: suggest one of this developer's own.
+    follow = f"  {cmd} jobs show {submitted[0][2]} --key {developer}\n" if submitted else ""
+    names = shlex.quote(",".join(query.label_names))
     console.print(
-        "\nTry it yourself:\n"
+        "\nThe demo made two keys of this dock (store them: they are shown once):\n"
+        f"  developer  {developer}\n"
+        "             submits packages and follows their jobs (the learnwares above are its own)\n"
+        f"  user       {user}\n"
+        "             posts tasks and downloads learnwares; the ranking above is its task\n"
+        "Jobs and tasks are seen by the key that made them (and admins): another key gets 403 or 404.\n"
+        "\nTry it yourself, as the demo user:\n"
         f"  export PAVEDOCK_URL={url} PAVEDOCK_API_KEY={user}\n"
-        f"  pavedock task {shlex.quote(str(shots))} --label-names {shlex.quote(','.join(query.label_names))} --local\n"
-        f"  pavedock download {best} --out .\n"
-        f"developer key (pavedock submit PACKAGE --key …): {developer}",
+        f"  {cmd} task {shlex.quote(str(shots))} --label-names {names} --local\n"
+        f"  {cmd} download {best} --out .\n"
+        "and as the demo developer:\n"
+        f"{follow}"
+        f"  {cmd} package --help   # your own model as a learnware: docs/packages.md",
         soft_wrap=True,
+        highlight=False,
     )
 
 

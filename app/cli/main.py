@@ -7,14 +7,14 @@ import os
 
 import typer
 
-from app.cli import bench, client, database, demo, jobs, keys, ml, reuse, server
+from app.cli import bench, client, database, demo, jobs, keys, ml, package, reuse, server
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="PAVE Dock: a learnware dock.")
-# In the order of `pavedock --help`: the engine, the service, reuse, the benchmarks.
-for commands in (ml, server, database, keys, client, jobs, reuse, demo, bench):
+# In the order of `pavedock --help`: the engine, the service, reuse, packaging, the benchmarks.
+for commands in (ml, server, database, keys, client, jobs, reuse, package, demo, bench):
     commands.register(app)
 
 

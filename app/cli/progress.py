@@ -11,10 +11,14 @@ from app.ml.progress import Progress
 
 
 @contextmanager
-def progress_bar(description: str) -> Iterator[Progress]:
-    bar = tqdm(desc=description, unit="step", dynamic_ncols=True)
+def progress_bar(description: str, unit: str = "step") -> Iterator[Progress]:
+    """A bar drawn from the first report on: an operation that fails or ends first draws none."""
+    bars: list[tqdm] = []
 
     def report(done: int, total: int, message: str) -> None:
+        if not bars:
+            bars.append(tqdm(desc=description, unit=unit, dynamic_ncols=True, total=total))
+        bar = bars[0]
         bar.total = total
         bar.n = done
         bar.set_postfix_str(message, refresh=False)
@@ -23,4 +27,5 @@ def progress_bar(description: str) -> Iterator[Progress]:
     try:
         yield report
     finally:
-        bar.close()
+        for bar in bars:
+            bar.close()

@@ -13,6 +13,8 @@ import typer
 
 from app.cli.common import console
 from app.cli.database import admin_exists
+from app.cli.quiet import explain_root, worker_env
+from app.cli.where import forget_serve_url, record_serve_url, serve_url
 
 
 def register(app: typer.Typer) -> None:
@@ -46,7 +48,7 @@ class _EmbeddedWorker(threading.Thread):
         delay = 1.0
         while not self.stopping.is_set():
             started = time.monotonic()
-            self.proc = subprocess.Popen(self.command, preexec_fn=_die_with_parent)
+            self.proc = subprocess.Popen(self.command, preexec_fn=_die_with_parent, env=worker_env())
             code = self.proc.wait()
             if self.stopping.is_set():
                 return
@@ -65,8 +67,8 @@ class _EmbeddedWorker(threading.Thread):
 
 
 def serve(
-    host: Annotated[str | None, typer.Option(help="bind address (default: settings, 127.0.0.1)")] = None,
-    port: Annotated[int | None, typer.Option(help="port (default: settings, 8000)")] = None,
+    host: Annotated[str | None, typer.Option(help="bind address (default: PAVEDOCK_HOST, 127.0.0.1)")] = None,
+    port: Annotated[int | None, typer.Option(help="port (default: PAVEDOCK_PORT, 8000)")] = None,
     worker: Annotated[bool, typer.Option("--worker/--no-worker", help="start a Celery worker too")] = True,
     concurrency: Annotated[int | None, typer.Option(help="worker processes (default: settings)")] = None,
 ) -> None:
@@ -88,17 +90,21 @@ def serve(
         console.print("no admin key yet: create one with [bold]pavedock keys create --role admin[/bold]")
     embedded = None
     if worker:
+        explain_root(console)
         embedded = _EmbeddedWorker(settings.worker_queues, concurrency or settings.worker_concurrency)
         embedded.start()
     start_flower()
+    bind, listen = host or settings.host, port or settings.port
+    served = record_serve_url(settings.data_dir, serve_url(bind, listen))  # clients find it there
     try:
         uvicorn.run(
             "app.main:create_app",
             factory=True,
-            host=host or settings.host,
-            port=port or settings.port,
+            host=bind,
+            port=listen,
             log_level=(settings.log_level or "info").lower(),
         )
     finally:
+        forget_serve_url(served)
         if embedded is not None:
             embedded.stop()

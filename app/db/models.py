@@ -148,6 +148,9 @@ class Learnware(TimestampMixin, Base):
     license: Mapped[str | None] = mapped_column(String(100))
     manifest: Mapped[dict[str, Any]] = mapped_column(default=dict)
     package_sha256: Mapped[str] = mapped_column(String(64), index=True)
+    weights_sha256: Mapped[str | None] = mapped_column(String(64), index=True)
+    """The model's weights fingerprint (``app.ml.fingerprint``): the same weights under another
+    name or owner are refused as a duplicate. None for learnwares submitted before it existed."""
     package_size: Mapped[int] = mapped_column(BigInteger)
     space_id: Mapped[str] = mapped_column(ForeignKey("spec_spaces.id"), index=True)
     spec_id: Mapped[int | None] = mapped_column(ForeignKey("specs.id", ondelete="SET NULL"))

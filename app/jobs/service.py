@@ -86,7 +86,9 @@ def get_visible_job(session: Session, job_id: int, key: ApiKey) -> Job:
     if job is None:
         raise NotFound(f"no job {job_id}")
     if key.role != Role.admin and job.owner_id != key.id:
-        raise Forbidden(f"job {job_id} belongs to another key")
+        raise Forbidden(
+            f"job {job_id} belongs to another key: only the key that started it (or an admin) may see it"
+        )
     return job
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import time
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,9 +30,8 @@ from app.learnwares.packages import extracted, scratch_folder
 from app.learnwares.service import spec_row
 from app.ml.binary_index import encoding_of_config
 from app.ml.packages import read_package_inputs
+from app.ml.validation import run_on_inputs
 from app.spec_spaces.service import check_spec
-
-_PREDICT_BATCH = 64
 
 
 def _learnware(session: Session, ctx: JobContext) -> Learnware:
@@ -103,36 +101,14 @@ def validate(ctx: JobContext) -> None:
         manifest = package.manifest
         started = time.perf_counter()
         runner = load_runner(package)
-        if list(runner.label_names) != list(manifest.label_names):
-            raise InvalidPackage(
-                f"the model's label names {runner.label_names} differ from the manifest's {manifest.label_names}"
-            )
         ctx.log(f"loaded the {manifest.model_format} model in {time.perf_counter() - started:.1f} s")
         texts = package.inputs[: settings.validation_inputs]
-        labels: list[np.ndarray] = []
-        probs: list[np.ndarray] = []
-        started = time.perf_counter()
-        for start in range(0, len(texts), _PREDICT_BATCH):
-            batch = runner.predict(texts[start : start + _PREDICT_BATCH])
-            labels.append(batch.labels)
-            if batch.probs is not None:
-                probs.append(batch.probs)
-            done = min(len(texts), start + _PREDICT_BATCH)
-            ctx.progress(
-                0.05 + 0.3 * done / len(texts), f"running the model on its inputs ({done}/{len(texts)})"
-            )
-        seconds = time.perf_counter() - started
-    all_labels = np.concatenate(labels)
-    all_probs = np.concatenate(probs) if len(probs) == len(labels) else None
-    if all_probs is not None and not np.all(np.isfinite(all_probs)):
-        raise InvalidPackage("the model returns non-finite probabilities on its declared inputs")
-    counts = Counter(int(c) for c in all_labels)
-    spread = ", ".join(f"{snap.label_names[c]}: {n}" for c, n in sorted(counts.items()))
-    if len(counts) < 2:
-        raise InvalidPackage(
-            f"the model predicts a single class ({spread}) on its {len(texts)} declared inputs: "
-            "its spec needs inputs on which it predicts at least two classes"
-        )
+
+        def report(done: int, total: int) -> None:
+            ctx.progress(0.05 + 0.3 * done / total, f"running the model on its inputs ({done}/{total})")
+
+        run = run_on_inputs(runner, manifest.label_names, texts, progress=report)
+    all_labels, all_probs, seconds, spread = run.labels, run.probs, run.seconds, run.spread
     buffer = io.BytesIO()
     arrays = {"labels": all_labels} if all_probs is None else {"labels": all_labels, "probs": all_probs}
     np.savez(buffer, allow_pickle=False, **arrays)

@@ -49,6 +49,23 @@ def duplicate_of(session: Session, owner_id: int, package_sha256: str) -> Learnw
     )
 
 
+def same_weights(session: Session, weights_sha256: str) -> Learnware | None:
+    """The first live public learnware with these weights: a public submission of them again,
+    from anyone, under any name, would be a copy of it in the market."""
+    return session.scalar(
+        select(Learnware)
+        .where(
+            Learnware.weights_sha256 == weights_sha256,
+            Learnware.private.is_(False),
+            Learnware.status.not_in(
+                (LearnwareStatus.deleted, LearnwareStatus.rejected, LearnwareStatus.failed)
+            ),
+        )
+        .order_by(Learnware.id)
+        .limit(1)
+    )
+
+
 def package_in_use(session: Session, package_sha256: str, *, except_id: int) -> bool:
     return (
         session.scalar(

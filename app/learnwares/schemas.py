@@ -40,6 +40,9 @@ class LearnwareRead(BaseModel):
     status_reason: str | None
     owner_id: int | None
     package_sha256: str
+    weights_sha256: str | None = Field(
+        default=None, description="fingerprint of the model's weights; the same weights are refused twice"
+    )
     package_size: int
     space_id: str
     spec_id: int | None

@@ -21,14 +21,16 @@ from sqlalchemy.orm import Session
 from app.db.base import utcnow
 from app.db.models import ApiKey, Job, JobState, Learnware, LearnwareStatus, Role, Spec, SpecKind, SpecSource
 from app.db.session import on_commit
-from app.errors import Conflict, Forbidden, InvalidPackage, NotFound
+from app.errors import Conflict, Forbidden, NotFound
 from app.index.registry import bump_index_version
 from app.jobs import service as jobs
 from app.jobs.stages import VALIDATE_LEARNWARE
 from app.learnwares import repository
 from app.ml.binary_index import FLOAT32, SIGN_BITS, is_sign_vector, spec_to_bytes
+from app.ml.fingerprint import weights_fingerprint
 from app.ml.packages import LearnwarePackage, extract_package
 from app.ml.pave import UploadedSpec, read_spec_file
+from app.ml.validation import require_inputs
 from app.runtime import Runtime
 from app.spec_spaces import service as spaces
 from app.storage.store import sha256_file
@@ -67,11 +69,7 @@ def _check_package(runtime: Runtime, zip_path: Path) -> tuple[LearnwarePackage, 
     scratch = Path(tempfile.mkdtemp(prefix="check-", dir=runtime.settings.scratch_dir))
     try:
         package = extract_package(zip_path, scratch / "package", runtime.settings.package_limits())
-        if not package.inputs:
-            raise InvalidPackage(
-                "the manifest declares no inputs: the dock runs the model on them to validate it "
-                "and to fit its spec (add a JSONL of {\"text\": ...} and name it in 'inputs')"
-            )
+        require_inputs(package)
         packaged_spec = None
         if package.spec_stem is not None:
             packaged_spec = read_spec_file(package.spec_stem.with_suffix(".safetensors"))
@@ -108,6 +106,20 @@ def submit(
             raise Conflict(
                 f"this package was already submitted as learnware {existing.id} ({existing.status.value})"
             )
+        weights = weights_fingerprint(package)
+        # Only the market is kept free of copies: a private learnware (a user's own merge or
+        # fine-tune, never indexed) may equal another, and may later be published by its owner.
+        original = None if private else repository.same_weights(session, weights)
+        if original is not None:
+            # Refused rather than marked: a copy adds nothing to the market but a second,
+            # identical entry in every ranking, and nothing is stored for it.
+            whose = "your" if original.owner_id == owner.id else "another developer's"
+            raise Conflict(
+                f"the model's weights are those of {whose} learnware {original.id} "
+                f"({original.name!r}, {original.status.value}): duplicate of learnware {original.id}; "
+                "the same weights under another name or in another package are not a new learnware"
+                + (" (delete it first to replace it)" if original.owner_id == owner.id else "")
+            )
         sha = runtime.store.put_file(package_zip)
         uploaded_spec = None
         if vector is not None and uploaded is not None:
@@ -134,6 +146,7 @@ def submit(
             license=manifest.license,
             manifest=manifest.model_dump(mode="json"),
             package_sha256=sha,
+            weights_sha256=weights,
             package_size=package_zip.stat().st_size,
             space_id=record.id,
             uploaded_spec_id=uploaded_spec.id if uploaded_spec else None,

@@ -25,7 +25,7 @@ def test_flower_is_started_only_on_loopback(url: str, serve: bool, started: bool
     command = flower_command(AdminSettings(flower_url=url, serve_flower=serve))
     assert (command is not None) == started
     if command is not None:
-        assert "flower" in command and "--logging=warning" in command
+        assert "flower" in command and "--logging=error" in command
 
 
 def test_flower_options_follow_the_url() -> None:

@@ -11,6 +11,7 @@ from app.api.deps import RuntimeDep, SessionDep
 from app.api.uploads import SpecFile
 from app.auth.dependencies import CurrentKey
 from app.errors import InvalidInput
+from app.spec_spaces import service as spaces
 from app.tasks import repository, service
 from app.tasks.schemas import IdentifyResult, TaskCreate, TaskRead, TaskSubmitted
 
@@ -41,7 +42,12 @@ def post_task_spec(
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise InvalidInput("label_names must be a JSON list of strings")
     task, job = service.create_from_spec(session, runtime, key, spec, top_k, names)
-    return TaskSubmitted(task_id=task.id, job_id=job.id, status=task.status)
+    return TaskSubmitted(
+        task_id=task.id,
+        job_id=job.id,
+        status=task.status,
+        spec_stored=spaces.stored_encoding(session, task.spec_id),
+    )
 
 
 @router.get("/v1/tasks", response_model=list[TaskRead])

@@ -38,13 +38,14 @@ class FitRecipe:
     seed: int = 0
     balanced: bool = True
     """Weight examples by 1/(count of their target class); for steps=0 also use (u − y) and sign."""
-    head: str = "prototypes"
-    """The class vectors the spec is fitted through: ``prototypes`` (the mean frozen-base
-    embedding of each class's examples under the targets, so the spec does not depend on what the
-    classes are called, nor on their order) or ``label-names`` (the frozen embeddings of the class
-    names: a user who names the classes otherwise gets another spec). Prototypes by default: on
-    the identification benchmark's kinds of user task they raise the mean over kinds and above
-    all the worst kind (docs/benchmarks/identification.md)."""
+    head: str = "label-names"
+    """The class vectors the spec is fitted through: ``label-names`` (the frozen embeddings of the
+    class names) or ``prototypes`` (the mean frozen-base embedding of each class's examples under
+    the targets, so the spec does not depend on what the classes are called, nor on their order).
+    Prototypes raise the benchmark's worst kind of user task (renamed labels) but, invariant to
+    any permutation of the classes, give an inverted classifier (flipped labels) the spec of the
+    good one, which a spec-only user then cannot tell apart (docs/benchmarks/identification.md):
+    a space opts in with ``{"recipe": {"head": "prototypes"}}``."""
 
     def __post_init__(self) -> None:
         if self.steps < 0:

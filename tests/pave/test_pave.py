@@ -119,14 +119,22 @@ def test_spec_round_trips_through_files(tiny_space: SpecSpace, tmp_path) -> None
         PaveSpec.load(tmp_path / "missing")
 
 
-def test_the_default_spec_does_not_depend_on_what_the_classes_are_called(tiny_space: SpecSpace) -> None:
+def test_the_prototype_spec_does_not_depend_on_what_the_classes_are_called(tiny_space: SpecSpace) -> None:
     """Prototype head: other names, codes, or the same classes in another order give the same spec;
-    the label-name head gives another one."""
-    default = fit_pave_spec(tiny_space, TEXTS, LABELS, NAMES, kind="task")
-    codes = fit_pave_spec(tiny_space, TEXTS, LABELS, [str(i) for i in range(len(NAMES))], kind="task")
+    the label-name head (the default) gives another one."""
+    protos = FitRecipe(head="prototypes")
+    default = fit_pave_spec(tiny_space, TEXTS, LABELS, NAMES, kind="task", recipe=protos)
+    codes = fit_pave_spec(
+        tiny_space, TEXTS, LABELS, [str(i) for i in range(len(NAMES))], kind="task", recipe=protos
+    )
     order = list(range(len(NAMES)))[::-1]
     reordered = fit_pave_spec(
-        tiny_space, TEXTS, [order.index(y) for y in LABELS], [NAMES[c] for c in order], kind="task"
+        tiny_space,
+        TEXTS,
+        [order.index(y) for y in LABELS],
+        [NAMES[c] for c in order],
+        kind="task",
+        recipe=protos,
     )
     assert np.array_equal(default.vector, codes.vector)
     assert np.array_equal(default.vector, reordered.vector)

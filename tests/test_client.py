@@ -70,7 +70,7 @@ def test_identify_and_task_from_a_spec(
     server: str, client: TestClient, keys: Keys, runtime: Runtime, space: tuple[str, int], tmp_path: Path
 ) -> None:
     space_id, dim = space
-    vector = np.random.default_rng(6).standard_normal(dim)
+    vector = np.sign(np.random.default_rng(6).standard_normal(dim))
     owner = client.get("/v1/keys/me", headers=keys.auth("developer")).json()["id"]
     best = add_ready_learnware(runtime, owner, "best", vector)
     spec = write_spec(tmp_path / "query", space_id, vector)

@@ -1,5 +1,5 @@
 """``pavedock bench``: the benchmarks on the real datasets (JSON + Markdown + plot), and the
-service benchmark through the API.
+service and market-scale benchmarks through the API.
 
 Heavy imports happen inside the commands so ``pavedock --help`` is quick.
 """
@@ -131,4 +131,35 @@ def bench_service(
         requests=requests,
         out=out,
         console=console,
+    )
+
+
+@bench_app.command("scale")
+def bench_scale(
+    sizes: Annotated[str, typer.Option(help="comma-separated market sizes")] = "100000,1000000",
+    clients: Annotated[str, typer.Option(help="comma-separated concurrent client counts")] = "1,4,16",
+    requests: Annotated[int, typer.Option(help="requests per (size, clients) point")] = 300,
+    ingest: Annotated[int, typer.Option(help="learnwares written while serving (0: skip)")] = 500,
+    datasets: Datasets = None,
+    cache: Cache = None,
+    work_dir: Annotated[
+        Path | None, typer.Option(help="where the temporary dock lives (needs ~2.2x the codes)")
+    ] = None,
+    api_workers: Annotated[int, typer.Option(help="uvicorn worker processes of the API")] = 1,
+    out: Annotated[Path, typer.Option(help="JSON results")] = Path("bench-out/scale.json"),
+) -> None:
+    """Recall against exact search, HTTP latency, memory, disk, build and ingest at market scale."""
+    from app.bench.scale import run_scale_benchmark
+
+    run_scale_benchmark(
+        sizes=[int(s) for s in sizes.split(",")],
+        clients=[int(c) for c in clients.split(",")],
+        requests=requests,
+        ingest=ingest,
+        datasets_dir=datasets_dir(datasets),
+        cache_dir=cache_dir(cache, "scale"),
+        out=out,
+        work_dir=work_dir,
+        api_workers=api_workers,
+        say=lambda line: typer.echo(line),
     )

@@ -6,9 +6,13 @@ learnware's ``index_seq`` with the new version, in the same transaction. A proce
 index compares its version with the database before it searches and applies only the rows
 stamped since (``sync``), so API processes and workers see new learnwares without a restart.
 
-Index files (``<index_dir>/<space>/<epoch>-v<version>.faiss``) are a cache: a process starts
-from the newest file of its database's epoch and applies what changed since; without a file it
-rebuilds from the specs in the database.
+Index files (``<index_dir>/<space>/<epoch>-v<version>.faiss``, or ``.bits`` for a space of
+sign specs) are a cache: a process starts from the newest file of its database's epoch and
+applies what changed since; without a file it rebuilds from the specs in the database.
+
+A space's encoding picks its index: float32 specs a flat FAISS ``SpecIndex``; sign specs the
+two-stage ``BinarySpecIndex`` (packed bits, cells, exact re-scoring), whose codes file is
+memory-mapped, so the API processes of a host share one copy.
 """
 
 from __future__ import annotations
@@ -28,11 +32,13 @@ from sqlalchemy.orm import Session
 from app.db.models import Learnware, LearnwareStatus, Spec, SpecSpaceRecord
 from app.db.session import Database
 from app.errors import NotFound
+from app.ml.binary_index import SIGN_BITS, BinarySpecIndex, encoding_of_config, spec_from_bytes
 from app.ml.identify import Match, SpecIndex
 
 log = logging.getLogger(__name__)
 
-_FILE = re.compile(r"^(?P<epoch>[0-9a-f]+)-v(?P<version>\d+)\.faiss$")
+_FILE = re.compile(r"^(?P<epoch>[0-9a-f]+)-v(?P<version>\d+)\.(?P<kind>faiss|bits)$")
+AnyIndex = SpecIndex | BinarySpecIndex
 _BATCH = 1000
 
 
@@ -51,10 +57,16 @@ def bump_index_version(session: Session, space_id: str) -> int:
 
 
 def vector_from_bytes(blob: bytes, dim: int) -> np.ndarray:
-    arr = np.frombuffer(blob, dtype="<f4")
-    if arr.shape[0] != dim:
-        raise ValueError(f"stored spec has {arr.shape[0]} values, space needs {dim}")
-    return arr
+    """A stored spec as float32 (packed sign bits are unpacked to ±1)."""
+    return spec_from_bytes(blob, dim)
+
+
+def new_index(space_id: str, dim: int, encoding: str) -> AnyIndex:
+    return BinarySpecIndex(space_id, dim) if encoding == SIGN_BITS else SpecIndex(space_id, dim)
+
+
+def _suffix(encoding: str) -> str:
+    return "bits" if encoding == SIGN_BITS else "faiss"
 
 
 @dataclass
@@ -69,11 +81,12 @@ class IndexInfo:
 class LiveIndex:
     """A space's index in this process, with the database version it reflects."""
 
-    def __init__(self, space_id: str, dim: int, epoch: str):
+    def __init__(self, space_id: str, dim: int, epoch: str, encoding: str = "float32"):
         self.space_id = space_id
         self.dim = dim
         self.epoch = epoch
-        self.index = SpecIndex(space_id, dim)
+        self.encoding = encoding
+        self.index: AnyIndex = new_index(space_id, dim, encoding)
         self.version = 0
         self.source = "empty"
         self.lock = threading.Lock()
@@ -103,14 +116,14 @@ class IndexRegistry:
     def _folder(self, space_id: str) -> Path:
         return self.index_dir / space_id
 
-    def _files(self, space_id: str, epoch: str) -> list[tuple[int, Path]]:
+    def _files(self, space_id: str, epoch: str, kind: str) -> list[tuple[int, Path]]:
         folder = self._folder(space_id)
         if not folder.is_dir():
             return []
         found = []
         for path in folder.iterdir():
             m = _FILE.match(path.name)
-            if m and m["epoch"] == epoch:
+            if m and m["epoch"] == epoch and m["kind"] == kind:
                 found.append((int(m["version"]), path))
         return sorted(found)
 
@@ -128,12 +141,17 @@ class IndexRegistry:
         with self.db.session() as session:
             record = self._space(session, space_id)
             dim, epoch, db_version = record.dim, index_epoch(record), record.index_version
-        live = LiveIndex(space_id, dim, epoch)
-        for version, path in reversed(self._files(space_id, epoch)):
+            encoding = encoding_of_config(record.config)
+        live = LiveIndex(space_id, dim, epoch, encoding)
+        for version, path in reversed(self._files(space_id, epoch, _suffix(encoding))):
             if version > db_version:
                 continue
             try:
-                live.index = SpecIndex.load(path, space_id, dim)
+                live.index = (
+                    BinarySpecIndex.load(path, space_id, dim)
+                    if encoding == SIGN_BITS
+                    else SpecIndex.load(path, space_id, dim)
+                )
             except Exception as exc:  # a damaged cache file: fall back to the next, then the DB
                 log.warning("index file %s unreadable (%s); trying older or rebuilding", path, exc)
                 continue
@@ -164,6 +182,9 @@ class IndexRegistry:
                 else:
                     changed = self._apply_changes(session, live, live.version)
                 live.version = max(live.version, int(db_version))
+                index = live.index
+                if isinstance(index, BinarySpecIndex) and not self.persist and index.needs_compaction():
+                    index.compact()  # a process that writes no file keeps its cells in memory
         if changed or live.saved_version < 0:
             self.maybe_save(live)
         return changed
@@ -181,7 +202,7 @@ class IndexRegistry:
         for lw_id, status, private, blob in rows:
             if status == LearnwareStatus.ready and not private and blob is not None:
                 add_ids.append(int(lw_id))
-                add_vecs.append(vector_from_bytes(blob, live.dim))
+                add_vecs.append(self._decode(blob, live))
             else:
                 remove_ids.append(int(lw_id))
         if remove_ids:
@@ -198,7 +219,7 @@ class IndexRegistry:
         version = session.scalar(
             select(SpecSpaceRecord.index_version).where(SpecSpaceRecord.id == live.space_id)
         )
-        fresh = SpecIndex(live.space_id, live.dim)
+        fresh = new_index(live.space_id, live.dim, live.encoding)
         query = (
             select(Learnware.id, Spec.vector)
             .join(Spec, Spec.id == Learnware.spec_id)
@@ -214,14 +235,21 @@ class IndexRegistry:
         vecs: list[np.ndarray] = []
         for lw_id, blob in session.execute(query):
             ids.append(int(lw_id))
-            vecs.append(vector_from_bytes(blob, live.dim))
+            vecs.append(self._decode(blob, live))
             if len(ids) == _BATCH:
                 fresh.add(ids, np.stack(vecs))
                 ids, vecs = [], []
         if ids:
             fresh.add(ids, np.stack(vecs))
+        if isinstance(fresh, BinarySpecIndex) and not self.persist:
+            fresh.compact()  # in memory: a process that writes no file trains its cells here
         live.index = fresh
         live.version = int(version or 0)
+
+    @staticmethod
+    def _decode(blob: bytes, live: LiveIndex) -> np.ndarray:
+        """A stored spec in the form its index takes: packed bits for a sign space."""
+        return spec_from_bytes(blob, live.dim, packed=live.encoding == SIGN_BITS)
 
     def rebuild(self, space_id: str) -> IndexInfo:
         """Rebuild a space's index from the database and write its file."""
@@ -252,12 +280,12 @@ class IndexRegistry:
         if live.saved_version == live.version and live.saved_at:
             return None
         folder = self._folder(live.space_id)
-        path = folder / f"{live.epoch}-v{live.version}.faiss"
+        path = folder / f"{live.epoch}-v{live.version}.{_suffix(live.encoding)}"
         with live.lock:
             live.index.save(path)
             version = live.version
         live.saved_version, live.saved_at = version, time.monotonic()
-        for old_version, old in self._files(live.space_id, live.epoch):
+        for old_version, old in self._files(live.space_id, live.epoch, _suffix(live.encoding)):
             if old_version < version:
                 old.unlink(missing_ok=True)
         for stray in folder.iterdir():

@@ -16,6 +16,7 @@ from app.db.models import LearnwareStatus
 from app.learnwares import service
 from app.learnwares.browse import BrowseQuery, Sort, browse
 from app.learnwares.schemas import LearnwareRead, LearnwareSubmitted, Page, Pagination, ReviewDecision
+from app.spec_spaces.service import stored_encoding
 
 router = APIRouter(responses=errors(401), tags=["learnwares"])
 
@@ -46,6 +47,7 @@ def submit_learnware(
             job_id=job.id,
             status=learnware.status,
             spec_uploaded=learnware.uploaded_spec_id is not None,
+            spec_stored=stored_encoding(session, learnware.uploaded_spec_id),
         )
 
 

@@ -30,6 +30,7 @@ from app.jobs.runner import TRANSIENT, JobContext
 from app.jobs.stages import FIT_LEARNWARE_SPEC
 from app.learnwares.packages import extracted, scratch_folder
 from app.learnwares.service import spec_row
+from app.ml.binary_index import encoding_of_config
 from app.ml.packages import read_package_inputs
 from app.ml.validation import run_on_inputs
 from app.spec_spaces.service import check_spec
@@ -210,7 +211,14 @@ def fit_spec(ctx: JobContext) -> None:
         lines = ["kept the developer's spec: space, shape and values checked"]
     else:
         vector, meta = _fit(ctx, snap)
-        computed = spec_row(snap.space_id, vector, kind=SpecKind.model, source=SpecSource.computed, meta=meta)
+        computed = spec_row(
+            snap.space_id,
+            vector,
+            kind=SpecKind.model,
+            source=SpecSource.computed,
+            meta=meta,
+            encoding=encoding_of_config(snap.space_config),
+        )
         lines = [
             f"fitted the spec on {meta['n_examples']} inputs to the model's own predictions in {meta['seconds']} s"
         ]

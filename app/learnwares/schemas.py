@@ -67,6 +67,9 @@ class LearnwareSubmitted(BaseModel):
     job_id: int
     status: LearnwareStatus
     spec_uploaded: bool
+    spec_stored: str | None = Field(
+        default=None, description='the uploaded spec\'s stored form: "sign-bits" (packed) or "float32"'
+    )
 
 
 class ReviewDecision(BaseModel):

@@ -27,6 +27,7 @@ from app.index.registry import bump_index_version
 from app.jobs import service as jobs
 from app.jobs.stages import VALIDATE_LEARNWARE
 from app.learnwares import repository
+from app.ml.binary_index import FLOAT32, SIGN_BITS, is_sign_vector, spec_to_bytes
 from app.ml.fingerprint import weights_fingerprint
 from app.ml.packages import LearnwarePackage, extract_package
 from app.ml.pave import UploadedSpec, read_spec_file
@@ -39,9 +40,20 @@ INGEST = "learnware.ingest"
 
 
 def spec_row(
-    space_id: str, vector: np.ndarray, *, kind: SpecKind, source: SpecSource, meta: dict[str, object]
+    space_id: str,
+    vector: np.ndarray,
+    *,
+    kind: SpecKind,
+    source: SpecSource,
+    meta: dict[str, object],
+    encoding: str | None = None,
 ) -> Spec:
-    blob = np.ascontiguousarray(vector, dtype="<f4").tobytes()
+    """A spec row, stored in its space's ``encoding`` (packed bits for sign specs: 4.6 KB, not
+    147 KB, for the default space). Without one, a vector of ±1 is packed (lossless: the two
+    forms are told apart by their length)."""
+    if encoding is None:
+        encoding = SIGN_BITS if is_sign_vector(vector) else FLOAT32
+    blob = spec_to_bytes(vector, encoding)
     return Spec(
         space_id=space_id,
         kind=kind,
@@ -121,6 +133,7 @@ def submit(
                 kind=SpecKind.model,
                 source=SpecSource.uploaded,
                 meta={"from": "request" if spec_file is not None else "package", **uploaded.meta},
+                encoding=spaces.space_encoding(record),
             )
             session.add(uploaded_spec)
             session.flush()

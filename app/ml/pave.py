@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
+from app.ml.binary_index import FLOAT32, SIGN_BITS
 from app.ml.encoders import check_texts, mean_pool, token_batches
 from app.ml.errors import IncompatibleSpec, InvalidInput
 from app.ml.head import LabelNameHead, check_label_names
@@ -148,7 +149,8 @@ def fit_pave_spec(
         if recipe.steps == 0:
             _one_gradient(space, texts, soft, hard, head.logits, recipe, progress)
             grad = space.spec_vector(from_grad=True)
-            vector = -np.sign(grad) if recipe.balanced else -grad
+            # A zero gradient (rare) counts as +1, so the spec is a sign vector throughout.
+            vector = np.where(grad > 0, -1.0, 1.0) if recipe.balanced else -grad
         else:
             _adam_steps(space, texts, soft, hard, head.logits, recipe, progress)
             vector = space.spec_vector()
@@ -280,7 +282,9 @@ class UploadedSpec:
 
     space_id: str | None
     vector: np.ndarray
+    """float32 values, or uint8 packed sign bits (``encoding`` says which)."""
     meta: dict[str, str]
+    encoding: str = FLOAT32
 
 
 def read_spec_file(path: Path) -> UploadedSpec:
@@ -292,15 +296,20 @@ def read_spec_file(path: Path) -> UploadedSpec:
     tensor = header.tensors.get("pave")
     if tensor is None:
         raise IncompatibleSpec("spec file holds no 'pave' tensor")
-    if tensor.dtype != "F32":
-        raise IncompatibleSpec(f"spec tensor has dtype {tensor.dtype}, not F32")
+    if tensor.dtype not in ("F32", "U8"):
+        raise IncompatibleSpec(f"spec tensor has dtype {tensor.dtype}: F32 values, or U8 packed sign bits")
     with Path(path).open("rb") as fh:
         fh.seek(header.data_start + tensor.begin)
         raw = fh.read(tensor.end - tensor.begin)
-    vector = np.frombuffer(raw, dtype="<f4").reshape(tensor.shape).astype(np.float32)
+    vector: np.ndarray
+    if tensor.dtype == "F32":
+        vector = np.frombuffer(raw, dtype="<f4").reshape(tensor.shape).astype(np.float32)
+    else:  # packed sign bits, unpacked against the space by ``check_spec``
+        vector = np.frombuffer(raw, dtype=np.uint8).reshape(tensor.shape).copy()
     claimed = header.metadata.get("space_id")
     return UploadedSpec(
         space_id=str(claimed) if claimed else None,
         vector=vector,
         meta={str(k): str(v) for k, v in header.metadata.items()},
+        encoding=FLOAT32 if tensor.dtype == "F32" else SIGN_BITS,
     )

@@ -41,7 +41,11 @@ class FitRecipe:
     head: str = "label-names"
     """The class vectors the spec is fitted through: ``label-names`` (the frozen embeddings of the
     class names) or ``prototypes`` (the mean frozen-base embedding of each class's examples under
-    the targets, so the spec does not depend on what the classes are called)."""
+    the targets, so the spec does not depend on what the classes are called, nor on their order).
+    Prototypes raise the benchmark's worst kind of user task (renamed labels) but, invariant to
+    any permutation of the classes, give an inverted classifier (flipped labels) the spec of the
+    good one, which a spec-only user then cannot tell apart (docs/benchmarks/identification.md):
+    a space opts in with ``{"recipe": {"head": "prototypes"}}``."""
 
     def __post_init__(self) -> None:
         if self.steps < 0:

@@ -25,6 +25,7 @@ def _read(runtime: RuntimeDep, record_id: str, session: SessionDep) -> SpecSpace
         description=record.description,
         index_version=record.index_version,
         indexed=live.size if live else None,
+        encoding=service.space_encoding(record),
     )
 
 

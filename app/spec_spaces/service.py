@@ -17,9 +17,17 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.db.base import utcnow
-from app.db.models import SpecSpaceRecord
+from app.db.models import Spec, SpecSpaceRecord
 from app.errors import IncompatibleSpec, NotFound
 from app.ml.bases import resolve_base
+from app.ml.binary_index import (
+    FLOAT32,
+    SIGN_BITS,
+    encoding_of_config,
+    is_sign_vector,
+    packed_len,
+    unpack_signs,
+)
 from app.ml.encoders import weights_sha256
 from app.ml.pave import UploadedSpec
 from app.ml.spec_space import SpecSpaceConfig, check_vector, config_dict, load_space, space_id
@@ -101,9 +109,51 @@ def list_spaces(session: Session) -> Sequence[SpecSpaceRecord]:
     return session.scalars(select(SpecSpaceRecord).order_by(SpecSpaceRecord.created_at)).all()
 
 
+def space_encoding(record: SpecSpaceRecord) -> str:
+    """How the space's specs are stored and indexed: "sign-bits" or "float32"."""
+    return encoding_of_config(record.config)
+
+
+def stored_encoding(session: Session, spec_id: int | None) -> str | None:
+    """The form a stored spec is in ("sign-bits" or "float32"), told by its length."""
+    if spec_id is None:
+        return None
+    spec = session.get(Spec, spec_id)
+    if spec is None:
+        return None
+    return SIGN_BITS if len(spec.vector) == packed_len(spec.dim) else FLOAT32
+
+
 def check_spec(vector: np.ndarray, record: SpecSpaceRecord, claimed_space: str | None) -> np.ndarray:
-    """``check_vector`` against the registered space (no model loaded)."""
-    return check_vector(vector, record, claimed_space)
+    """``check_vector`` against the registered space (no model loaded); in a space of sign specs,
+    also one with values other than ±1. Packed bits (uint8, as ``read_spec_file`` returns a U8
+    tensor) are taken by a sign space alone, and unpacked."""
+    if claimed_space is not None and claimed_space != record.id:
+        raise IncompatibleSpec(f"spec is of space {claimed_space}, not {record.id}")
+    encoding = space_encoding(record)
+    arr = np.asarray(vector)
+    if arr.dtype == np.uint8:
+        nbytes = packed_len(record.dim)
+        if encoding != SIGN_BITS:
+            raise IncompatibleSpec(
+                f"spec is packed sign bits, but space {record.id} holds {encoding} specs: send its F32 values"
+            )
+        if arr.ndim != 1 or arr.shape[0] != nbytes:
+            raise IncompatibleSpec(
+                f"packed spec has shape {tuple(arr.shape)}, space {record.id} needs ({nbytes},) bytes "
+                f"({record.dim} signs)"
+            )
+        spare = 8 * nbytes - record.dim
+        if spare and arr[-1] & ((1 << spare) - 1):
+            raise IncompatibleSpec(f"packed spec has bits set beyond its {record.dim} signs")
+        return unpack_signs(arr, record.dim)
+    checked = check_vector(arr, record, claimed_space)
+    if encoding == SIGN_BITS and not is_sign_vector(checked):
+        raise IncompatibleSpec(
+            f"space {record.id} holds sign specs: every value must be +1 or -1 (or send them packed, "
+            f"a U8 tensor of {packed_len(record.dim)} bytes)"
+        )
+    return checked
 
 
 def check_uploaded(

@@ -13,6 +13,7 @@ from app.api.types import PageQuery, PathId, find_unstorable
 from app.api.uploads import SpecFile
 from app.auth.dependencies import CurrentKey
 from app.errors import InvalidInput
+from app.spec_spaces import service as spaces
 from app.tasks import repository, service
 from app.tasks.schemas import IdentifyResult, TaskCreate, TaskRead, TaskSubmitted
 
@@ -46,7 +47,12 @@ def post_task_spec(
     if problem:
         raise InvalidInput(problem)
     task, job = service.create_from_spec(session, runtime, key, spec, top_k, names)
-    return TaskSubmitted(task_id=task.id, job_id=job.id, status=task.status)
+    return TaskSubmitted(
+        task_id=task.id,
+        job_id=job.id,
+        status=task.status,
+        spec_stored=spaces.stored_encoding(session, task.spec_id),
+    )
 
 
 @router.get("/v1/tasks", responses=errors(422), response_model=list[TaskRead])

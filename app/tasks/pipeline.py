@@ -15,6 +15,7 @@ from app.index.registry import vector_from_bytes
 from app.jobs import service as jobs
 from app.jobs.runner import JobContext
 from app.learnwares.service import spec_row
+from app.ml.binary_index import encoding_of_config
 from app.ml.ranking import rank_for_task
 from app.tasks.service import find_candidates, present, rank
 from app.tasks.shot_check import shot_check
@@ -66,7 +67,14 @@ def fit_and_identify(ctx: JobContext) -> None:
     ranked = rank_for_task(candidates, label_names, maps=maps, shots=shots)
     with ctx.runtime.db.session() as session:
         task = _task(session, ctx)
-        row = spec_row(space_id, spec.vector, kind=SpecKind.task, source=SpecSource.computed, meta=spec.meta)
+        row = spec_row(
+            space_id,
+            spec.vector,
+            kind=SpecKind.task,
+            source=SpecSource.computed,
+            meta=spec.meta,
+            encoding=encoding_of_config(config),
+        )
         session.add(row)
         session.flush()
         task.spec_id = row.id

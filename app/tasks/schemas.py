@@ -94,6 +94,9 @@ class TaskSubmitted(BaseModel):
     task_id: int
     job_id: int
     status: TaskStatus
+    spec_stored: str | None = Field(
+        default=None, description='an uploaded spec\'s stored form: "sign-bits" (packed) or "float32"'
+    )
 
 
 class TaskRead(BaseModel):
@@ -115,5 +118,9 @@ class TaskRead(BaseModel):
 
 class IdentifyResult(BaseModel):
     space_id: str
+    spec_received: str = Field(description='the upload\'s form: "float32" values or "sign-bits" (packed U8)')
+    space_encoding: str = Field(
+        description='how the space stores and indexes its specs: "sign-bits" or "float32"'
+    )
     index_version: int
     matches: list[MatchRead]

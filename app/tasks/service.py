@@ -79,7 +79,12 @@ def create_from_spec(
     uploaded = read_spec_file(spec_file)
     record, vector = spaces.check_uploaded(session, uploaded, runtime.default_space_id)
     spec = spec_row(
-        record.id, vector, kind=SpecKind.task, source=SpecSource.uploaded, meta=dict(uploaded.meta)
+        record.id,
+        vector,
+        kind=SpecKind.task,
+        source=SpecSource.uploaded,
+        meta=dict(uploaded.meta),
+        encoding=spaces.space_encoding(record),
     )
     session.add(spec)
     session.flush()
@@ -193,10 +198,15 @@ def rank(
 
 def identify_now(session: Session, runtime: Runtime, spec_file: Path, k: int) -> IdentifyResult:
     """Rank learnwares for an uploaded spec in this request (nothing is stored)."""
-    record, vector = spaces.check_uploaded(session, read_spec_file(spec_file), runtime.default_space_id)
+    uploaded = read_spec_file(spec_file)
+    record, vector = spaces.check_uploaded(session, uploaded, runtime.default_space_id)
     results, version = rank(session, runtime, record.id, vector, k)
     return IdentifyResult(
-        space_id=record.id, index_version=version, matches=[MatchRead.model_validate(r) for r in results]
+        space_id=record.id,
+        spec_received=uploaded.encoding,
+        space_encoding=spaces.space_encoding(record),
+        index_version=version,
+        matches=[MatchRead.model_validate(r) for r in results],
     )
 
 

@@ -77,7 +77,7 @@ def learnware_awaiting_review(runtime: Runtime, space: tuple[str, int], owner_pr
     """A learnware whose spec is fitted and which waits for an admin (what ``fit_spec`` leaves
     when review is required)."""
     space_id, dim = space
-    vector = np.random.default_rng(len(name)).standard_normal(dim).astype(np.float32)
+    vector = np.sign(np.random.default_rng(len(name)).standard_normal(dim)).astype(np.float32)
     with runtime.db.session() as session:
         owner = session.scalars(select(ApiKey).where(ApiKey.prefix == owner_prefix)).one()
         spec = spec_row(space_id, vector, kind=SpecKind.model, source=SpecSource.uploaded, meta={})

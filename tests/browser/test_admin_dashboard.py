@@ -55,7 +55,9 @@ def submit_learnware(dock: Dock, datasets_dir: Path, tmp_path: Path) -> tuple[in
     task = load_task(datasets_dir, "sms_spam", "train", limit=400, seed=0)
     package = train_tfidf_onnx_learnware(task, tmp_path / "spam.zip", name="sms-spam-filter")
     [space] = httpx.get(f"{dock.url}/v1/spec-spaces", headers=dock.auth(dock.developer)).json()
-    spec = write_spec(tmp_path / "spec", space["id"], np.random.default_rng(0).standard_normal(space["dim"]))
+    spec = write_spec(
+        tmp_path / "spec", space["id"], np.sign(np.random.default_rng(0).standard_normal(space["dim"]))
+    )
     response = httpx.post(
         f"{dock.url}/v1/learnwares",
         headers=dock.auth(dock.developer),

@@ -20,7 +20,7 @@ JUNK = 10
 def _junk_packages(datasets_dir: Path, out: Path) -> list[Path]:
     """Distinct real models of the spam task trained on labels drawn at random: they answer
     "ham"/"spam" as the good one does, and are no better than chance."""
-    from app.ml.builders import train_tfidf_onnx_learnware
+    from app.bench.builders import train_tfidf_onnx_learnware
 
     train = load_task(datasets_dir, "sms_spam", "train", limit=600, seed=0)
     packages = []

@@ -6,6 +6,7 @@ import numpy as np
 from fastapi.testclient import TestClient
 
 from app.main import create_app
+from app.ml.binary_index import BinarySpecIndex
 from app.runtime import Runtime
 from tests.fixtures.service import Keys, add_ready_learnware
 
@@ -16,15 +17,21 @@ def test_the_index_file_comes_back_after_a_restart_and_catches_up(
     space_id, dim = space
     rng = np.random.default_rng(4)
     owner = client.get("/v1/keys/me", headers=keys.auth("developer")).json()["id"]
-    ids = [add_ready_learnware(runtime, owner, f"lw{i}", rng.standard_normal(dim)) for i in range(4)]
+    ids = [add_ready_learnware(runtime, owner, f"lw{i}", np.sign(rng.standard_normal(dim))) for i in range(4)]
     live = runtime.indexes.live(space_id)
     assert len(live.index) == 4
     runtime.indexes.save_all()
     files = sorted(p.name for p in (runtime.settings.resolved_index_dir / space_id).iterdir())
-    assert len(files) == 1 and files[0].endswith("-v4.faiss")
+    # The default space holds sign specs: a manifest and the packed specs it memory-maps.
+    assert len(files) == 2 and {f.rsplit("-", 1)[-1].split(".", 1)[-1] for f in files} == {
+        "bits",
+        "codes.npy",
+    }
+    assert any(f.endswith("-v4.bits") for f in files)
+    assert isinstance(live.index, BinarySpecIndex) and live.encoding == "sign-bits"
 
     # A change while "the API is down", then a fresh process on the same data directory.
-    late = add_ready_learnware(runtime, owner, "late", rng.standard_normal(dim))
+    late = add_ready_learnware(runtime, owner, "late", np.sign(rng.standard_normal(dim)))
     fresh = Runtime.create(runtime.settings, persist_index=True)
     try:
         with TestClient(create_app(runtime=fresh)) as restarted:
@@ -43,7 +50,7 @@ def test_a_rebuild_matches_the_database(
     space_id, dim = space
     owner = client.get("/v1/keys/me", headers=keys.auth("developer")).json()["id"]
     rng = np.random.default_rng(5)
-    ids = [add_ready_learnware(runtime, owner, f"lw{i}", rng.standard_normal(dim)) for i in range(3)]
+    ids = [add_ready_learnware(runtime, owner, f"lw{i}", np.sign(rng.standard_normal(dim))) for i in range(3)]
     client.delete(f"/v1/learnwares/{ids[0]}", headers=keys.auth("developer"))
     info = runtime.indexes.rebuild(space_id)
     assert info.size == 2 and info.source == "rebuilt" and info.version == 4

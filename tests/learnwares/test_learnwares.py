@@ -241,7 +241,7 @@ def test_an_upload_over_the_limit_is_413_and_not_kept(
 
 
 def spec_cases(space_id: str, dim: int) -> dict[str, tuple[str, np.ndarray, str]]:
-    ok = np.random.default_rng(0).standard_normal(dim).astype(np.float32)
+    ok = np.sign(np.random.default_rng(0).standard_normal(dim)).astype(np.float32)
     nan = ok.copy()
     nan[3] = np.nan
     return {
@@ -286,7 +286,7 @@ def test_a_valid_uploaded_spec_is_kept_for_the_worker_to_check(
     tmp_path: Path,
 ) -> None:
     space_id, dim = space
-    spec = write_spec(tmp_path / "spec", space_id, np.random.default_rng(1).standard_normal(dim))
+    spec = write_spec(tmp_path / "spec", space_id, np.sign(np.random.default_rng(1).standard_normal(dim)))
     response = submit(client, keys, tfidf_packages["sst2"], spec=spec)
     assert response.status_code == 202, response.text
     assert response.json()["spec_uploaded"] is True

@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 
 from app.ml.errors import IncompatibleSpec
-from app.ml.pave import PaveSpec
-from app.spec_spaces.service import read_spec_file
+from app.ml.pave import PaveSpec, read_spec_file
 
 
 def write_raw_spec(stem: Path, shape: list[int], data: bytes) -> Path:

@@ -42,7 +42,12 @@ def test_only_b_trains_and_the_space_is_reset(tiny_space: SpecSpace) -> None:
 def test_one_step_spec_is_the_first_gradient(tiny_space: SpecSpace) -> None:
     """Plain variant: the spec is −∇B of the mean cross-entropy at B = 0."""
     spec = fit_pave_spec(
-        tiny_space, TEXTS, LABELS, NAMES, kind="task", recipe=FitRecipe(steps=0, balanced=False, batch_size=3)
+        tiny_space,
+        TEXTS,
+        LABELS,
+        NAMES,
+        kind="task",
+        recipe=FitRecipe(steps=0, balanced=False, batch_size=3, head="label-names"),
     )
     tiny_space.reset()
     head = tiny_space.head(tuple(NAMES))
@@ -112,3 +117,32 @@ def test_spec_round_trips_through_files(tiny_space: SpecSpace, tmp_path) -> None
     assert loaded.space_id == spec.space_id and np.array_equal(loaded.vector, spec.vector)
     with pytest.raises(IncompatibleSpec, match="cannot read"):
         PaveSpec.load(tmp_path / "missing")
+
+
+def test_the_prototype_spec_does_not_depend_on_what_the_classes_are_called(tiny_space: SpecSpace) -> None:
+    """Prototype head: other names, codes, or the same classes in another order give the same spec;
+    the label-name head (the default) gives another one."""
+    protos = FitRecipe(head="prototypes")
+    default = fit_pave_spec(tiny_space, TEXTS, LABELS, NAMES, kind="task", recipe=protos)
+    codes = fit_pave_spec(
+        tiny_space, TEXTS, LABELS, [str(i) for i in range(len(NAMES))], kind="task", recipe=protos
+    )
+    order = list(range(len(NAMES)))[::-1]
+    reordered = fit_pave_spec(
+        tiny_space,
+        TEXTS,
+        [order.index(y) for y in LABELS],
+        [NAMES[c] for c in order],
+        kind="task",
+        recipe=protos,
+    )
+    assert np.array_equal(default.vector, codes.vector)
+    assert np.array_equal(default.vector, reordered.vector)
+    by_names = FitRecipe(head="label-names")
+    a = fit_pave_spec(tiny_space, TEXTS, LABELS, NAMES, kind="task", recipe=by_names)
+    b = fit_pave_spec(
+        tiny_space, TEXTS, LABELS, [str(i) for i in range(len(NAMES))], kind="task", recipe=by_names
+    )
+    assert not np.array_equal(a.vector, b.vector)
+    with pytest.raises(InvalidInput, match="head must be one of"):
+        FitRecipe(head="centroids")

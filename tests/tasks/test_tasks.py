@@ -92,7 +92,7 @@ def test_a_task_spec_keeps_the_examples_at_home(
     client: TestClient, keys: Keys, runtime: Runtime, space: tuple[str, int], tmp_path: Path
 ) -> None:
     space_id, dim = space
-    spec = write_spec(tmp_path / "task", space_id, np.random.default_rng(2).standard_normal(dim))
+    spec = write_spec(tmp_path / "task", space_id, np.sign(np.random.default_rng(2).standard_normal(dim)))
     response = client.post(
         "/v1/tasks/spec",
         headers=keys.auth("user"),
@@ -124,9 +124,9 @@ def test_identify_ranks_by_cosine_and_follows_the_database_without_a_restart(
     space_id, dim = space
     rng = np.random.default_rng(3)
     me = client.get("/v1/keys/me", headers=keys.auth("developer")).json()["id"]
-    base = [rng.standard_normal(dim) for _ in range(3)]
+    base = [np.sign(rng.standard_normal(dim)) for _ in range(3)]  # the default space holds sign specs
     ids = [add_ready_learnware(runtime, me, f"lw{i}", v) for i, v in enumerate(base)]
-    query = base[1] + 0.3 * rng.standard_normal(dim)
+    query = np.sign(base[1] + 0.3 * rng.standard_normal(dim))
     spec = write_spec(tmp_path / "q", space_id, query)
 
     def identify() -> dict:  # type: ignore[type-arg]
@@ -161,9 +161,11 @@ def test_a_tasks_ranking_puts_learnwares_of_its_label_set_first(
     _, dim = space
     rng = np.random.default_rng(5)
     me = client.get("/v1/keys/me", headers=keys.auth("developer")).json()["id"]
-    query = rng.standard_normal(dim)
-    closest = add_ready_learnware(runtime, me, "closest", query + 0.1 * rng.standard_normal(dim))
-    speaks = add_ready_learnware(runtime, me, "speaks", query + rng.standard_normal(dim), ("Spam", "ham"))
+    query = np.sign(rng.standard_normal(dim))
+    closest = add_ready_learnware(runtime, me, "closest", np.sign(query + 0.1 * rng.standard_normal(dim)))
+    speaks = add_ready_learnware(
+        runtime, me, "speaks", np.sign(query + rng.standard_normal(dim)), ("Spam", "ham")
+    )
     with runtime.db.session() as session:
         plain, _ = rank(session, runtime, runtime.default_space_id, query, 2)
         labelled, _ = rank(session, runtime, runtime.default_space_id, query, 2, ["ham", "spam"])

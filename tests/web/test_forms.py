@@ -325,7 +325,9 @@ def test_find_by_a_spec_fitted_locally(
     )
     assert bad.status_code == 422 and 'id="spec-error"' in bad.text and "not safetensors" in bad.text
     assert count(runtime, UserTask) == 0
-    spec = write_spec(tmp_path / "task", space[0], np.random.default_rng(0).standard_normal(space[1]))
+    spec = write_spec(
+        tmp_path / "task", space[0], np.sign(np.random.default_rng(0).standard_normal(space[1]))
+    )
     response = client.post(
         "/find/spec",
         data={"csrf_token": csrf, "spec_label_names": "negative, positive"},

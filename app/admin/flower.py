@@ -12,6 +12,7 @@ import ipaddress
 import logging
 import subprocess
 import sys
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from app.admin.settings import AdminSettings
@@ -31,10 +32,19 @@ def _loopback(host: str) -> bool:
 class FlowerProcess:
     """A running Flower; stopped by ``stop()`` or when this process exits."""
 
-    def __init__(self, url: str, command: list[str], env: dict[str, str] | None = None):
+    def __init__(
+        self, url: str, command: list[str], env: dict[str, str] | None = None, log_path: Path | None = None
+    ):
         self.url = url
         self.command = command
-        self.proc = subprocess.Popen(command, env=env)
+        # Flower's own log (its inspector reports every worker it cannot reach yet) goes to a file,
+        # not the terminal `pavedock serve` speaks to.
+        output = log_path.open("ab") if log_path is not None else None
+        self.proc = subprocess.Popen(
+            command, env=env, stdout=output, stderr=subprocess.STDOUT if output else None
+        )
+        if output is not None:
+            output.close()  # the child holds its own descriptor
         atexit.register(self.stop)
 
     def stop(self) -> None:
@@ -73,10 +83,11 @@ def flower_command(settings: AdminSettings) -> list[str] | None:
 
 
 def start_flower(
-    settings: AdminSettings | None = None, env: dict[str, str] | None = None
+    settings: AdminSettings | None = None, env: dict[str, str] | None = None, log_path: Path | None = None
 ) -> FlowerProcess | None:
     """Start Flower for ``pavedock serve`` (see ``flower_command``); None when it is not started.
-    ``env``: Flower's environment (default: this process's), where it reads the broker URL."""
+    ``env``: Flower's environment (default: this process's), where it reads the broker URL;
+    ``log_path``: where its output goes (default: this process's terminal)."""
     settings = settings or AdminSettings()
     command = flower_command(settings)
     if command is None:
@@ -84,4 +95,4 @@ def start_flower(
             log.warning("Flower not started: %s is not a loopback address", settings.flower_url)
         return None
     log.info("starting Flower at %s", settings.flower_url)
-    return FlowerProcess(settings.flower_url, command, env=env)
+    return FlowerProcess(settings.flower_url, command, env=env, log_path=log_path)

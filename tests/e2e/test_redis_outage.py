@@ -9,13 +9,11 @@ from __future__ import annotations
 import os
 import re
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, select, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import select
 
 from app.client import DockClient
 from app.db.migrate import upgrade
@@ -25,6 +23,7 @@ from app.ml.data import few_shot, load_task
 from tests.e2e.conftest import TEST_ENV, Processes, free_port, uvicorn_proc, wait_ready, worker_proc
 from tests.e2e.test_production_stack import make_key
 from tests.fixtures.redis_server import RedisServer
+from tests.fixtures.service import migrated_postgres
 
 pytestmark = pytest.mark.e2e
 
@@ -40,18 +39,8 @@ def database_url(tmp_path: Path) -> Iterator[str]:
         upgrade(url)
         yield url
         return
-    name = f"pavedock_outage_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
-    try:
-        upgrade(url)
+    with migrated_postgres(POSTGRES_URL, "pavedock_outage") as url:
         yield url
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 def jobs(database_url: str) -> list[Job]:

@@ -17,6 +17,8 @@ from kombu import Queue
 from app.jobs.stages import QUEUES, STAGES
 from app.settings import Settings
 
+EMBEDDED_TRANSPORT = "workers.broker:Transport"
+
 
 def broker_options(settings: Settings) -> dict[str, Any]:
     if settings.broker_url:
@@ -38,6 +40,8 @@ def make_celery(settings: Settings) -> Celery:
         settings.ensure_dirs()
     app = Celery("pavedock", broker=settings.resolved_broker_url)
     app.conf.update(
+        # The embedded broker is kombu's filesystem transport made safe for several processes.
+        broker_transport=None if settings.broker_url else EMBEDDED_TRANSPORT,
         broker_transport_options=broker_options(settings),
         broker_connection_retry_on_startup=True,
         task_queues=[Queue(q, routing_key=q) for q in QUEUES],

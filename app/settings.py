@@ -100,8 +100,11 @@ class Settings(BaseSettings):
     keep_task_examples: bool = False
     """Keep a user's few-shot examples after their spec is computed (default: erase them)."""
     shot_check_k: int = Field(default=5, ge=0)
-    """While it holds a task's examples, the dock runs this many of the top matches of the task's
-    label set on them and ranks those by accuracy (0: rank by spec alone)."""
+    """While it holds a task's examples, the dock runs this many of the top matches on them and
+    ranks those by the log-probability they gave the examples' labels (0: rank by spec alone)."""
+    shot_check_k_unnamed: int = Field(default=20, ge=0)
+    """How many it runs when no match answers the task's labels by name (codes, another language):
+    the spec then says less, so the check looks wider (`app.ml.ranking.SHOT_CHECK_K_UNNAMED`)."""
 
     job_max_attempts: int = 3
     job_heartbeat_s: float = 5.0

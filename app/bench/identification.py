@@ -43,6 +43,7 @@ from app.ml.packages import LearnwarePackage
 from app.ml.pave import fit_pave_spec
 from app.ml.ranking import (
     SHOT_CHECK_K,
+    SHOT_CHECK_K_UNNAMED,
     Candidate,
     LabelMap,
     ShotScore,
@@ -713,8 +714,7 @@ def _beyond(
         # The shot check on adapters: their label-name heads answer any label set, so each of the
         # top few is scored zero-shot on the user's own examples before one is fine-tuned.
         on_shots = {m.id: shot_zero_shot(market.learnwares[m.id], shots) for m in pave_ranking[:SHOT_CHECK_K]}
-        best = max(on_shots.values())
-        checked_top = market.learnwares[next(i for i, score in on_shots.items() if score == best)]
+        checked_top = market.learnwares[max(on_shots, key=lambda i: on_shots[i].rank_key)]
         rkme_top = market.learnwares[rkme_rank(shots.texts, ids)[0].id]
         zs = {lw.id: zero_shot(lw, task) for lw in candidates}
         oracle = market.learnwares[max(zs, key=lambda i: zs[i])]
@@ -794,8 +794,10 @@ def render_markdown(result: dict[str, Any]) -> str:
         "## As the service ranks, by kind of user task",
         "",
         "Tiers by what a learnware can answer, then the spec's cosine, the top "
-        f"{SHOT_CHECK_K} distinct candidates checked on the user's examples (not for spec-only users) "
-        "under the label map the dock chooses. Mean over users; ± the standard deviation of the "
+        f"{SHOT_CHECK_K} distinct candidates ({SHOT_CHECK_K_UNNAMED} where none answers the user's "
+        "labels by name) checked on the user's examples (not for spec-only users) under the label "
+        "map the dock chooses, ordered by the mean log-probability they give the user's labels. "
+        "Mean over users; ± the standard deviation of the "
         "per-seed means over the user seeds; the headline is the mean over kinds.",
         "",
         md_table(

@@ -29,6 +29,7 @@ import numpy as np
 from app.ml.data import TextTask, few_shot
 from app.ml.ranking import (
     SHOT_CHECK_K,
+    SHOT_CHECK_K_UNNAMED,
     Candidate,
     LabelMap,
     Ranked,
@@ -36,6 +37,7 @@ from app.ml.ranking import (
     Tier,
     answers,
     by_tier,
+    check_count,
     choose_checked,
     choose_label_map,
     held_out_score,
@@ -214,6 +216,7 @@ def service_ranking(
     specs: dict[int, np.ndarray],
     similarity: Callable[[list[str], list[str]], np.ndarray],
     shot_check_k: int = SHOT_CHECK_K,
+    shot_check_k_unnamed: int = SHOT_CHECK_K_UNNAMED,
 ) -> list[Ranked]:
     """The dock's order for this user: tiers and cosine, then the shot check (not for spec-only
     users), through the same functions the service's worker calls."""
@@ -229,8 +232,9 @@ def service_ranking(
     )
     maps: dict[int, LabelMap | None] = {}
     shots: dict[int, ShotScore | None] = {}
-    if not user.spec_only and shot_check_k > 0:
-        for lw_id in choose_checked(candidates, names, pool, shot_check_k):
+    check = 0 if user.spec_only else check_count(candidates, names, shot_check_k, shot_check_k_unnamed)
+    if check:
+        for lw_id in choose_checked(candidates, names, pool, check):
             lw = market.learnwares[lw_id]
             predicted = market.predict(lw, user.shots.texts)
             sim = (

@@ -90,7 +90,8 @@ def label_names_option(value: str) -> list[str]:
 
 
 RANKING_ORDER = (
-    "Order: matches checked on your examples that beat chance (by accuracy); then the rest by what "
+    "Order: matches checked on your examples that beat chance (by the log-probability they gave "
+    "your labels); then the rest by what "
     "they can answer of your labels, each group by spec score. Why each one is where it is:"
 )
 
@@ -99,7 +100,7 @@ def print_matches(matches: list[Any]) -> None:
     table = Table("rank", "learnware", "score", "on your examples", "name", "format", "labels")
     for m in matches:
         shot = getattr(m, "shot_accuracy", None)
-        confidence = getattr(m, "shot_confidence", None)
+        confidence = getattr(m, "shot_confidence", None)  # shown as p; the order is by log-probability
         label_map = getattr(m, "label_map", None)
         labels = (
             ", ".join(f"{k}→{v}" for k, v in label_map.items()) if label_map else ", ".join(m.label_names)

@@ -16,9 +16,11 @@ whether a learnware can serve the user and how well:
    task's examples it runs a few of the top candidates on them under their label maps. The
    candidates are picked so that near-identical specs (copies, floods) take one place, not all.
 
-The order, as the API documents it: checked matches that did better than chance, by accuracy
-then confidence; then the unchecked ones by tier, each tier in cosine order; then checked matches
-that did no better than chance; then those that cannot answer.
+The order, as the API documents it: checked matches that did better than chance, by the mean
+log-probability they gave the user's labels (a proper score: a model that is right by luck on a
+handful of easy examples, but unsure, loses to one that is right and sure); then the unchecked
+ones by tier, each tier in cosine order; then checked matches that did no better than chance;
+then those that cannot answer.
 """
 
 from __future__ import annotations
@@ -33,7 +35,17 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 SHOT_CHECK_K = 5
-"""How many candidates the shot check runs on the user's examples."""
+"""How many candidates the shot check runs on the user's examples when some learnware answers the
+user's labels by name."""
+
+SHOT_CHECK_K_UNNAMED = 20
+"""How many it runs when none does (codes, another language, unusual names): the spec, fitted
+under the user's names, then says less about which learnware fits, so the check looks wider.
+On the quick identification benchmark 5 / 12 / 16 / 20 gave a mean normalised accuracy of
+0.957 / 0.969 / 0.969 / 0.976 (`docs/benchmarks/identification.md`); chosen there."""
+
+LOG_FLOOR = 1e-3
+"""The least probability a shot counts with: one confident mistake costs log(1e-3) ≈ −6.9, not −∞."""
 
 DUPLICATE_COSINE = 0.95
 """Specs at least this close are one candidate for the shot check (copies, floods). Distinct
@@ -192,16 +204,36 @@ def answers(
     return to_user[np.asarray(predicted, dtype=np.int64)], None
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class ShotScore:
-    """How a learnware did on a user's labelled examples. Orders by accuracy, then by confidence."""
+    """How a learnware did on a user's labelled examples. Ordered by `log_likelihood`."""
 
     accuracy: float
     confidence: float
-    """Mean probability it gave the true labels (restricted and renormalised to the user's labels):
-    splits equal accuracies (a handful of examples leaves many ties) in favour of the model that
-    is surer where it is right and less sure where it is wrong. Equals the accuracy for a model
-    that gives no probabilities."""
+    """Mean probability it gave the true labels (restricted and renormalised to the user's labels);
+    equals the accuracy for a model that gives no probabilities."""
+    log_likelihood: float
+    """Mean log-probability it gave the true labels, each at least `LOG_FLOOR` (a model without
+    probabilities gives 1 to its answer). The order of checked matches: a proper score, so a
+    learnware that is right by luck on easy examples but unsure ranks below one that is sure;
+    accuracy alone ties often on a handful of examples and rewards luck."""
+
+    @property
+    def rank_key(self) -> tuple[float, float, float]:
+        return (self.log_likelihood, self.accuracy, self.confidence)
+
+
+def _true_probabilities(
+    user_pred: np.ndarray, user_probs: np.ndarray | None, labels: np.ndarray
+) -> np.ndarray:
+    if user_probs is None:
+        return (user_pred == labels).astype(np.float64)
+    return np.asarray(user_probs, dtype=np.float64)[np.arange(len(labels)), labels]
+
+
+def _score(right: np.ndarray, true_probs: np.ndarray) -> ShotScore:
+    logs = np.log(np.clip(true_probs, LOG_FLOOR, 1.0))
+    return ShotScore(float(np.mean(right)), float(np.mean(true_probs)), float(np.mean(logs)))
 
 
 def shot_score(
@@ -215,10 +247,7 @@ def shot_score(
             f"{label_map.n_model_classes} classes"
         )
     user_pred, user_probs = answers(predicted, probs, label_map)
-    accuracy = float(np.mean(user_pred == labels))
-    if user_probs is None:
-        return ShotScore(accuracy, accuracy)
-    return ShotScore(accuracy, float(np.mean(user_probs[np.arange(len(labels)), labels])))
+    return _score(user_pred == labels, _true_probabilities(user_pred, user_probs, labels))
 
 
 def held_out_score(
@@ -236,21 +265,28 @@ def held_out_score(
     labels = np.asarray(labels, dtype=np.int64)
     predicted = np.asarray(predicted, dtype=np.int64)
     n_user, n_model = len(label_map.model_class), label_map.n_model_classes
-    right, confidence = [], []
+    right, true_probs = [], []
     for i in range(len(labels)):
         keep = np.arange(len(labels)) != i
         held = map_by_examples(
             predicted[keep], None if probs is None else np.asarray(probs)[keep], labels[keep], n_user, n_model
         )
-        score = shot_score(
-            predicted[i : i + 1],
-            None if probs is None else np.asarray(probs)[i : i + 1],
-            labels[i : i + 1],
-            held,
+        one = slice(i, i + 1)
+        user_pred, user_probs = answers(
+            predicted[one], None if probs is None else np.asarray(probs)[one], held
         )
-        right.append(score.accuracy)
-        confidence.append(score.confidence)
-    return ShotScore(float(np.mean(right)), float(np.mean(confidence)))
+        right.append(bool(user_pred[0] == labels[i]))
+        true_probs.append(float(_true_probabilities(user_pred, user_probs, labels[one])[0]))
+    return _score(np.asarray(right), np.asarray(true_probs))
+
+
+def check_count(ordered: Sequence[Candidate], user_names: Sequence[str], k: int, k_unnamed: int) -> int:
+    """How many candidates the shot check runs: ``k`` when one of them answers the user's labels
+    by name, ``k_unnamed`` when none does (see `SHOT_CHECK_K_UNNAMED`); 0 when ``k`` is 0."""
+    if k <= 0:
+        return 0
+    named = any(tier_of(user_names, c.label_names) == Tier.BY_NAME for c in ordered)
+    return k if named else max(k, k_unnamed)
 
 
 def choose_label_map(
@@ -397,7 +433,10 @@ class Ranked:
         if self.shot is not None:
             verdict = "" if self.beats_chance else " (no better than chance: ranked after unchecked ones)"
             shots = f"your {n_examples} examples" if n_examples else "your examples"
-            parts.append(f"checked on {shots}: {self.shot.accuracy:.0%} right{verdict}")
+            parts.append(
+                f"checked on {shots}: {self.shot.accuracy:.0%} right, mean log-probability of "
+                f"your labels {self.shot.log_likelihood:.2f}{verdict}"
+            )
         if self.tier == Tier.CANNOT:
             parts.append("cannot answer: it has fewer classes than your task has labels")
         elif self.label_map is not None:
@@ -439,7 +478,7 @@ def rank_for_task(
     # sorted() is stable under reverse=True too: equal shot scores keep the incoming order.
     good = sorted(
         (r for r in ranked if group(r) == 0),
-        key=lambda r: (r.shot.accuracy, r.shot.confidence) if r.shot else (0.0, 0.0),
+        key=lambda r: r.shot.rank_key if r.shot else (-np.inf, 0.0, 0.0),
         reverse=True,
     )
     return good + [r for g in (1, 2, 3) for r in ranked if group(r) == g]

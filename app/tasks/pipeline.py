@@ -16,7 +16,7 @@ from app.jobs import service as jobs
 from app.jobs.runner import JobContext
 from app.learnwares.service import spec_row
 from app.ml.binary_index import encoding_of_config
-from app.ml.ranking import rank_for_task
+from app.ml.ranking import check_count, rank_for_task
 from app.tasks.service import find_candidates, present, rank
 from app.tasks.shot_check import shot_check
 
@@ -54,13 +54,15 @@ def fit_and_identify(ctx: JobContext) -> None:
     )
     ctx.log(f"fitted the task spec on {len(texts)} examples in {spec.meta['seconds']} s")
     ctx.progress(0.85, "ranking learnwares", force=True)
-    check = ctx.runtime.settings.shot_check_k
+    settings = ctx.runtime.settings
+    widest = max(settings.shot_check_k, settings.shot_check_k_unnamed) if settings.shot_check_k else 0
     with ctx.runtime.db.session() as session:
         task = _task(session, ctx)
         top_k = task.top_k
         candidates, version = find_candidates(
-            session, ctx.runtime, space_id, spec.vector, max(top_k, check), label_names
+            session, ctx.runtime, space_id, spec.vector, max(top_k, widest), label_names
         )
+    check = check_count(candidates, label_names, settings.shot_check_k, settings.shot_check_k_unnamed)
     maps, shots = shot_check(ctx, space, candidates, texts, labels, label_names, check) if check else ({}, {})
     if check:
         ctx.log(f"shot check: {len(shots)} matches run on the examples")

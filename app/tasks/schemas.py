@@ -32,7 +32,7 @@ class MatchRead(BaseModel):
     """One ranked learnware and why it is where it is.
 
     Order of a task's matches: those the shot check ran on the task's examples and that did
-    better than chance, by `shot_accuracy` then `shot_confidence`; then the unchecked ones by
+    better than chance, by `shot_log_likelihood` (then `shot_accuracy`); then the unchecked ones by
     `tier` (labels-by-name, then label-map), each tier by `score`; then checked ones that did no
     better than chance; then those that cannot answer (`tier` cannot-answer). `score` is the spec
     cosine alone, so it is not in rank order; `reason` says in one line what placed each match.
@@ -78,8 +78,13 @@ class MatchRead(BaseModel):
     shot_confidence: float | None = Field(
         default=None,
         description="the mean probability it gave the true labels of the task's examples (the "
-        "accuracy where the model gives no probabilities): orders checked matches of equal "
-        "`shot_accuracy`; None where the shot check did not run it",
+        "accuracy where the model gives no probabilities); None where the shot check did not run it",
+    )
+    shot_log_likelihood: float | None = Field(
+        default=None,
+        description="the mean log-probability it gave the true labels of the task's examples (each "
+        "at least log 0.001): orders the checked matches, so a model right by luck but unsure ranks "
+        "below one right and sure; None where the shot check did not run it",
     )
     spec_recomputed: bool | None = Field(
         default=None,

@@ -6,12 +6,14 @@ import numpy as np
 import pytest
 
 from app.ml.ranking import (
+    LOG_FLOOR,
     Candidate,
     LabelMap,
     ShotScore,
     Tier,
     answers,
     by_tier,
+    check_count,
     choose_checked,
     choose_label_map,
     held_out_score,
@@ -121,7 +123,11 @@ def test_shot_score_reads_probabilities_through_the_map() -> None:
     score = shot_score(probs.argmax(axis=1), probs, labels, label_map)
     assert score.accuracy == pytest.approx(0.75)
     assert score.confidence == pytest.approx(np.mean([0.8, 0.9, 0.4, 0.7]))
-    assert shot_score(probs.argmax(axis=1), None, labels, label_map) == ShotScore(0.75, 0.75)
+    assert score.log_likelihood == pytest.approx(np.mean(np.log([0.8, 0.9, 0.4, 0.7])))
+    # Without probabilities its answer counts as sure: right is log 1, wrong is log LOG_FLOOR.
+    assert shot_score(probs.argmax(axis=1), None, labels, label_map) == ShotScore(
+        0.75, 0.75, pytest.approx(np.log(LOG_FLOOR) / 4)
+    )
     with pytest.raises(ValueError, match="probabilities of shape"):
         shot_score(probs.argmax(axis=1), probs[:, :1], labels, label_map)
 
@@ -154,7 +160,7 @@ def test_rank_for_task_order_and_reasons() -> None:
         ],
         user,
     )
-    shots = {1: ShotScore(0.0, 0.1), 2: ShotScore(0.9, 0.8), 4: ShotScore(0.95, 0.9)}
+    shots = {1: ShotScore(0.0, 0.1, -2.5), 2: ShotScore(0.9, 0.8, -0.3), 4: ShotScore(0.95, 0.9, -0.2)}
     maps = {4: LabelMap((1, 0), "examples", 2)}
     ranked = rank_for_task(ordered, user, maps=maps, shots=shots)
     assert [r.id for r in ranked] == [4, 2, 3, 5, 1, 6]
@@ -162,10 +168,36 @@ def test_rank_for_task_order_and_reasons() -> None:
     assert by_id[1].checked and not by_id[1].beats_chance
     assert "no better than chance" in by_id[1].reason(16)
     assert "95% right" in by_id[4].reason(16) and "your examples" in by_id[4].reason(16)
+    assert "log-probability of your labels -0.20" in by_id[4].reason(16)
     assert "not checked" in by_id[5].reason() and "cannot answer" in by_id[6].reason()
     assert "matched by name" in by_id[3].reason()
     # Without a shot check: tiers then cosine.
     assert [r.id for r in rank_for_task(ordered, user)] == [1, 2, 3, 5, 4, 6]
+
+
+def test_checked_matches_are_ordered_by_log_probability_not_by_lucky_accuracy() -> None:
+    """On 16 easy examples an unsure model (trained on random labels) can be right every time; a
+    sure model right 14 times gave the labels far more probability, and ranks first."""
+    labels = np.repeat([0, 1], 8)
+    lucky = np.column_stack([np.where(labels == 0, 0.55, 0.45), np.where(labels == 0, 0.45, 0.55)])
+    sure = np.column_stack([np.where(labels == 0, 0.95, 0.05), np.where(labels == 0, 0.05, 0.95)])
+    sure[[0, 8]] = sure[[0, 8]][:, ::-1]  # two confident mistakes
+    by_name = LabelMap((0, 1), "names", 2)
+    lucky_score = shot_score(lucky.argmax(axis=1), lucky, labels, by_name)
+    sure_score = shot_score(sure.argmax(axis=1), sure, labels, by_name)
+    assert lucky_score.accuracy == 1.0 and sure_score.accuracy == 0.875
+    user = ["negative", "positive"]
+    ordered = [Candidate(1, 0.3, tuple(user)), Candidate(2, 0.2, tuple(user))]
+    ranked = rank_for_task(ordered, user, shots={1: lucky_score, 2: sure_score})
+    assert [r.id for r in ranked] == [2, 1]
+
+
+def test_the_check_looks_wider_when_no_learnware_answers_by_name() -> None:
+    named = [Candidate(1, 0.3, ("ham", "spam")), Candidate(2, 0.2, ("a", "b"))]
+    unnamed = [Candidate(2, 0.2, ("a", "b")), Candidate(3, 0.1, ("x", "y", "z"))]
+    assert check_count(named, ["ham", "spam"], 5, 20) == 5
+    assert check_count(unnamed, ["0", "1"], 5, 20) == 20
+    assert check_count(unnamed, ["0", "1"], 0, 20) == 0  # the check switched off stays off
 
 
 def test_copies_of_a_spec_rank_behind_their_original() -> None:

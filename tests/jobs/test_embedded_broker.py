@@ -67,7 +67,9 @@ def test_the_embedded_mode_uses_the_hardened_transport(tmp_path: Path) -> None:
     assert embedded.conf.broker_transport == EMBEDDED_TRANSPORT
     with embedded.connection_for_write() as conn:
         assert isinstance(conn.default_channel, Channel)
-    redis = make_celery(Settings(environment="testing", data_dir=tmp_path, broker_url="redis://127.0.0.1:1/0"))
+    redis = make_celery(
+        Settings(environment="testing", data_dir=tmp_path, broker_url="redis://127.0.0.1:1/0")
+    )
     assert redis.conf.broker_transport is None
 
 

@@ -366,7 +366,6 @@ def test_transfer_from_a_learnwares_page(
     form = {"csrf_token": csrf, "target_base": "all-mpnet-base-v2", "method": "bico", "texts": "good\nbad\n"}
     for data, field, message in (
         ({"texts": "only one"}, "texts", "at least two calibration texts"),
-        ({"method": "utd"}, "method", "embedding operator"),
         ({"method": "nope"}, "method", "unknown transfer method"),
         ({"target_base": "all-MiniLM-L6-v2"}, "target_base", "already on all-MiniLM-L6-v2"),
     ):

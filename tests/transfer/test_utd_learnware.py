@@ -168,3 +168,31 @@ def test_a_linear_map_needs_a_registered_base(tmp_path: Path) -> None:
     zip_path = _linear_package(tmp_path, {"weight": torch.eye(48)}, base="no-such-base")
     with pytest.raises(InvalidPackage, match="'no-such-base' is not a registered base"):
         extract_package(zip_path, tmp_path / "out")
+
+
+def test_a_linear_map_is_fingerprinted_with_its_base(tmp_path: Path, tiny: TinyBases, target: str) -> None:
+    register_base("tiny-mpnet-utd-twin", lambda: tiny.mpnet)
+    weight = {"weight": torch.eye(48) + 0.01}
+    first = extract_package(_linear_package(tmp_path / "a", weight), tmp_path / "a" / "x")
+    renamed = extract_package(_linear_package(tmp_path / "b", weight), tmp_path / "b" / "x")
+    other = extract_package(
+        _linear_package(tmp_path / "c", weight, base="tiny-mpnet-utd-twin"), tmp_path / "c" / "x"
+    )
+    assert weights_fingerprint(first) == weights_fingerprint(renamed)
+    assert weights_fingerprint(first) != weights_fingerprint(other)
+
+
+def test_the_learnware_pages_snippet_runs_on_the_downloaded_package(
+    utd: TransferResult, tiny: TinyBases, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.db.models import Learnware
+    from app.web.card import usage
+
+    learnware = Learnware(id=7, model_format="pooled-linear", base_model=TARGET)
+    snippets = {key: code for key, _, code in usage(learnware, "http://dock")}
+    package = extract_package(_package(utd, tmp_path, tiny.texts), tmp_path / "learnware-7")
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {}
+    exec(snippets["pooled-linear"], namespace)  # the page's code, as a user pastes it
+    expected = PooledLinearRunner(package).features(["an example text"])
+    torch.testing.assert_close(namespace["embeddings"], expected)

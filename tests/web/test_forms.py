@@ -362,6 +362,9 @@ def test_transfer_from_a_learnwares_page(
     csrf = sign_in(client, keys.user)
     page = client.get(f"/learnwares/{adapter}")
     assert 'id="transfer-form"' in page.text and '<option value="all-mpnet-base-v2"' in page.text
+    assert (
+        '<option value="bico"' in page.text and '<option value="utd"' in page.text
+    )  # UTD's is a learnware too
     assert 'id="transfer-form"' not in client.get(f"/learnwares/{onnx}").text  # adapters only
     form = {"csrf_token": csrf, "target_base": "all-mpnet-base-v2", "method": "bico", "texts": "good\nbad\n"}
     for data, field, message in (

@@ -362,9 +362,8 @@ def test_transfer_from_a_learnwares_page(
     csrf = sign_in(client, keys.user)
     page = client.get(f"/learnwares/{adapter}")
     assert 'id="transfer-form"' in page.text and '<option value="all-mpnet-base-v2"' in page.text
-    assert (
-        '<option value="bico"' in page.text and '<option value="utd"' in page.text
-    )  # UTD's is a learnware too
+    # Every method is offered: UTD's result is a learnware too (a pooled-linear map).
+    assert '<option value="bico"' in page.text and '<option value="utd"' in page.text
     assert 'id="transfer-form"' not in client.get(f"/learnwares/{onnx}").text  # adapters only
     form = {"csrf_token": csrf, "target_base": "all-mpnet-base-v2", "method": "bico", "texts": "good\nbad\n"}
     for data, field, message in (

@@ -196,3 +196,46 @@ def test_the_learnware_pages_snippet_runs_on_the_downloaded_package(
     exec(snippets["pooled-linear"], namespace)  # the page's code, as a user pastes it
     expected = PooledLinearRunner(package).features(["an example text"])
     torch.testing.assert_close(namespace["embeddings"], expected)
+
+
+def test_pavedock_package_builds_one_from_a_saved_utd_result(
+    utd: TransferResult, tiny: TinyBases, tmp_path: Path
+) -> None:
+    from app.ml.packaging import PackageRequest, PackagingError, detect_format, make_package
+
+    folder = utd.save(tmp_path / "utd")
+    inputs = tmp_path / "inputs.txt"
+    inputs.write_text("\n".join(tiny.texts) + "\n")
+    assert detect_format(folder) == "pooled-linear"
+    request = PackageRequest(source=folder, out=tmp_path / "utd.zip", inputs=inputs, license="MIT")
+    result = make_package(request)
+    assert result.manifest.model_format == "pooled-linear" and result.manifest.base_model == TARGET
+    assert result.manifest.label_names == LABEL_NAMES  # from transfer.json, as the base
+    assert any("transfer.json" in note for note in result.notes) and len(result.run.labels) == len(tiny.texts)
+
+    # Without transfer.json the map names neither its base nor its classes: the fix says so.
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "linear.safetensors").write_bytes((folder / "linear.safetensors").read_bytes())
+    with pytest.raises(PackagingError, match="which base's embeddings") as info:
+        make_package(PackageRequest(source=bare, out=tmp_path / "b.zip", inputs=inputs, license="MIT"))
+    assert "--base" in info.value.fix
+    with pytest.raises(PackagingError, match="does not name its classes"):
+        make_package(
+            PackageRequest(source=bare, out=tmp_path / "b.zip", inputs=inputs, license="MIT", base=TARGET)
+        )
+    narrow = tmp_path / "narrow"
+    narrow.mkdir()
+    save_file({"weight": torch.eye(32)}, str(narrow / "linear.safetensors"))
+    with pytest.raises(PackagingError, match="width 48") as info:
+        make_package(
+            PackageRequest(
+                source=narrow,
+                out=tmp_path / "n.zip",
+                inputs=inputs,
+                license="MIT",
+                base=TARGET,
+                label_names=LABEL_NAMES,
+            )
+        )
+    assert "'weight', d × d" in info.value.fix and not (tmp_path / "n.zip").exists()

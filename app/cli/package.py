@@ -30,6 +30,9 @@ SOURCE is one of:
                           give it only a file you made yourself; the package holds the ONNX file
                           alone, and the dock never loads a pickle
   an ONNX file            one string tensor in; labels and/or probabilities out
+  a linear-map folder     linear.safetensors (one d × d tensor 'weight') after a registered
+                          base's pooling, as a UTD transfer saves it; --base and --label-names,
+                          or the folder's transfer.json
 
 --inputs (a .jsonl of {"text": ...} or a .txt of one text per line) are the inputs the dock runs
 your model on to validate it and fit its spec: a few hundred typical ones, of every class.
@@ -61,11 +64,16 @@ def package(
     description: Annotated[str, typer.Option("--description", help="what it does, on what data")] = "",
     tags: Annotated[str | None, typer.Option("--tags", help="comma-separated tags")] = None,
     base: Annotated[
-        str | None, typer.Option("--base", help="registered base (LoRA; a fine-tune's base for hf-seqcls)")
+        str | None,
+        typer.Option(
+            "--base", help="registered base (LoRA, pooled-linear; a fine-tune's base for hf-seqcls)"
+        ),
     ] = None,
     fmt: Annotated[
         str | None,
-        typer.Option("--format", help="hf-seqcls, peft-lora, sklearn or onnx (default: from SOURCE)"),
+        typer.Option(
+            "--format", help="hf-seqcls, peft-lora, sklearn, onnx or pooled-linear (default: from SOURCE)"
+        ),
     ] = None,
     out: Annotated[
         Path | None, typer.Option("--out", help="package zip to write (default: NAME.zip)")

@@ -126,7 +126,11 @@ def transfer(
         Path, typer.Argument(exists=True, dir_okay=False, help='JSONL of {"text"} or {"text", "label"}')
     ],
     method: Annotated[
-        str, typer.Option("--method", help="bico, theseus, input_only, output_only, naive")
+        str,
+        typer.Option(
+            "--method",
+            help="bico, theseus, input_only, output_only, naive (a LoRA adapter), utd (a linear map after pooling)",
+        ),
     ] = "bico",
     params: Params = "{}",
     name: Name = None,

@@ -1,5 +1,5 @@
 """A learnware's weights fingerprint: the same model under another name, owner or zip is the
-same fingerprint.
+same fingerprint (a ``pooled-linear`` map counts with the base it maps).
 
 It hashes what the model computes with, not the package bytes: for safetensors the tensors
 (name, dtype, shape, data), sorted by name, so the file's metadata header, tensor order,
@@ -87,6 +87,10 @@ def weights_fingerprint(package: LearnwarePackage) -> str:
     if not tensors:
         raise InvalidPackage(f"the {fmt} package has no safetensors weights")
     digest = hashlib.sha256(fmt.encode() + b"\0")
+    if fmt == "pooled-linear":
+        # A d × d map means nothing without the base it maps: the same numbers over another
+        # base of that width are another model.
+        digest.update(str(package.manifest.base_model).encode() + b"\0")
     for name in sorted(tensors):
         dtype, shape, data = tensors[name]
         digest.update(json.dumps([name, dtype, shape, data]).encode())

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.ml.adapters import read_lora_config
 from app.ml.errors import InvalidPackage, UnsafePackage
+from app.ml.pooled_linear import LINEAR_DIR, LINEAR_WEIGHTS, check_linear_file
 from app.ml.safetensors_header import SafetensorsHeader, read_safetensors_header
 
 if TYPE_CHECKING:
@@ -356,3 +357,6 @@ def check_package_content(root: Path, model_format: str, n_labels: int) -> None:
         read_lora_config(root / "adapter" / "adapter_config.json")
     elif model_format == "onnx":
         check_onnx_model(load_onnx(root / "model.onnx"), root, root)
+    elif model_format == "pooled-linear":
+        # One square float matrix; its width against the base's is the runner's check (it loads the base).
+        check_linear_file(root / LINEAR_DIR / LINEAR_WEIGHTS)

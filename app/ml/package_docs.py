@@ -26,9 +26,10 @@ FIELD_DOCS: dict[str, str] = {
         "distinct. Users' tasks are matched on them; a `peft-lora` adapter is read through a head "
         "made of these very names."
     ),
-    "model_format": "How the dock runs the model: one of the three formats above.",
+    "model_format": "How the dock runs the model: one of the formats above.",
     "base_model": (
-        "Required for `peft-lora`: the registered base the adapter applies to (`pavedock bases list`). "
+        "Required for `peft-lora` and `pooled-linear`: the registered base the adapter or the linear "
+        "map applies to (`pavedock bases list`). "
         "For `hf-seqcls`, the base it was fine-tuned from (lets the dock merge full fine-tunes)."
     ),
     "license": "The licence users may reuse the model under (an SPDX id such as `Apache-2.0`).",
@@ -48,6 +49,10 @@ FORMAT_DOCS: dict[str, str] = {
     "peft-lora": "a LoRA adapter over a registered base, read through the label-name head",
     "hf-seqcls": "a transformers sequence-classification folder (a built-in architecture, safetensors)",
     "onnx": "an ONNX classifier taking one string tensor (scikit-learn through skl2onnx, or any exporter)",
+    "pooled-linear": (
+        "one d × d float matrix `weight` applied to a registered base's mean-pooled embeddings, read "
+        "through the label-name head (a UTD transfer's result)"
+    ),
 }
 
 
@@ -110,7 +115,7 @@ def manifest_reference_markdown() -> str:
         if name == "tags":
             default = "`[]`"
         if name == "base_model":
-            need = "for `peft-lora`"
+            need = "for `peft-lora`, `pooled-linear`"
         elif name == "inputs":
             need = "by the dock"
         else:

@@ -7,7 +7,9 @@ of the formats the dock runs without executing uploaded code:
   a LoRA adapter over a registered base, read with the label-name head;
 - ``hf-seqcls``: ``model/config.json`` + ``model/model.safetensors`` + tokenizer files, a
   transformers sequence-classification directory (built-in architectures only);
-- ``onnx``: ``model.onnx``, run with onnxruntime (scikit-learn and other frameworks).
+- ``onnx``: ``model.onnx``, run with onnxruntime (scikit-learn and other frameworks);
+- ``pooled-linear``: ``linear/linear.safetensors``, one d × d map applied to a registered base's
+  mean-pooled embeddings, read with the label-name head (what a UTD transfer yields).
 
 Optionally it declares ``inputs`` (a JSONL file of ``{"text": ...}``: the inputs the model is
 run on to fit its spec) and ``spec`` (the stem of a developer-computed PAVE spec, as written
@@ -49,8 +51,10 @@ from app.ml.package_content import (
     unsafe_path_reason,
 )
 
-ModelFormat = Literal["peft-lora", "hf-seqcls", "onnx"]
-MODEL_FORMATS: tuple[ModelFormat, ...] = ("peft-lora", "hf-seqcls", "onnx")
+ModelFormat = Literal["peft-lora", "hf-seqcls", "onnx", "pooled-linear"]
+MODEL_FORMATS: tuple[ModelFormat, ...] = ("peft-lora", "hf-seqcls", "onnx", "pooled-linear")
+# Formats that run over a registered base named by the manifest's base_model.
+BASE_FORMATS: tuple[ModelFormat, ...] = ("peft-lora", "pooled-linear")
 MANIFEST_NAME = "learnware.yaml"
 
 # Files each format needs; a tuple inside a tuple means "one of these".
@@ -68,6 +72,7 @@ REQUIRED_FILES: dict[ModelFormat, tuple[str | tuple[str, ...], ...]] = {
         ),
     ),
     "onnx": ("model.onnx",),
+    "pooled-linear": ("linear/linear.safetensors",),
 }
 
 # Pickles (torch .bin/.pt checkpoints are pickles too), code and native binaries.
@@ -135,7 +140,7 @@ class Manifest(BaseModel):
     label_names: list[str] = Field(max_length=10_000)
     model_format: ModelFormat
     base_model: str | None = Field(default=None, min_length=1, max_length=256)
-    """The registered base alias a ``peft-lora`` adapter applies to (informational otherwise)."""
+    """The registered base a ``peft-lora`` adapter or ``pooled-linear`` map applies to (informational otherwise)."""
     license: str = Field(min_length=1, max_length=256)
     inputs: str | None = None
     """Path in the zip of a JSONL file ``{"text": ...}`` per line: inputs to run the model on."""
@@ -166,8 +171,9 @@ class Manifest(BaseModel):
 
     @model_validator(mode="after")
     def _base_for_lora(self) -> Manifest:
-        if self.model_format == "peft-lora" and not self.base_model:
-            raise ValueError("base_model is required for a peft-lora adapter")
+        if self.model_format in BASE_FORMATS and not self.base_model:
+            what = "adapter" if self.model_format == "peft-lora" else "linear map"
+            raise ValueError(f"base_model is required for a {self.model_format} {what}")
         return self
 
     def spec_files(self) -> tuple[str, str] | None:
@@ -181,6 +187,14 @@ class Manifest(BaseModel):
         return yaml.safe_dump(self.model_dump(exclude_none=True), sort_keys=False, allow_unicode=True)
 
 
+MODEL_PATHS: dict[ModelFormat, str] = {
+    "peft-lora": "adapter",
+    "hf-seqcls": "model",
+    "onnx": "model.onnx",
+    "pooled-linear": "linear",
+}
+
+
 @dataclass(frozen=True)
 class LearnwarePackage:
     """An extracted, checked package: its manifest, its folder and its declared inputs."""
@@ -191,11 +205,8 @@ class LearnwarePackage:
 
     @property
     def model_path(self) -> Path:
-        """The adapter folder, the transformers folder or the ONNX file, by format."""
-        return (
-            self.root
-            / {"peft-lora": "adapter", "hf-seqcls": "model", "onnx": "model.onnx"}[self.manifest.model_format]
-        )
+        """The adapter folder, the transformers folder, the ONNX file or the linear map's folder."""
+        return self.root / MODEL_PATHS[self.manifest.model_format]
 
     @property
     def spec_stem(self) -> Path | None:
@@ -333,7 +344,7 @@ def check_layout(manifest: Manifest, names: Iterable[str]) -> None:
 
 
 def _check_base(manifest: Manifest) -> None:
-    if manifest.model_format != "peft-lora":
+    if manifest.model_format not in BASE_FORMATS:
         return
     known = registered_bases()
     if manifest.base_model not in known:

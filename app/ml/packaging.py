@@ -1,6 +1,6 @@
 """Turn what a developer has into a learnware package, and check it as the dock will.
 
-``pavedock package`` is built on :func:`make_package`. Four sources are understood:
+``pavedock package`` is built on :func:`make_package`. Five sources are understood:
 
 - a transformers sequence-classification directory (``config.json`` + safetensors weights +
   tokenizer files): ``hf-seqcls``, label names from ``id2label`` unless given;
@@ -10,7 +10,10 @@
   developer's machine (a pickle runs code, so only the developer's own file belongs here),
   exported to ONNX with skl2onnx and checked against the pipeline's own predictions; the
   package holds the ONNX file only, and the dock never loads a pickle;
-- an ONNX file taking one string tensor: ``onnx``.
+- an ONNX file taking one string tensor: ``onnx``;
+- a folder holding ``linear.safetensors`` (a d × d map after a registered base's pooling, as a
+  UTD transfer saves it): ``pooled-linear``, the base and label names from ``--base`` and
+  ``--label-names`` or the folder's ``transfer.json``.
 
 The package is then checked with the dock's own code: :func:`extract_package` (safety,
 manifest, layout), the runner of its format, and :func:`run_on_inputs` (the validation stage).
@@ -38,11 +41,12 @@ from app.ml.packages import (
     extract_package,
     inputs_jsonl,
 )
+from app.ml.pooled_linear import LINEAR_DIR, LINEAR_WEIGHTS
 from app.ml.progress import Progress
 from app.ml.validation import InputsRun, require_inputs, run_on_inputs
 
-SourceFormat = Literal["hf-seqcls", "peft-lora", "sklearn", "onnx"]
-SOURCE_FORMATS: tuple[SourceFormat, ...] = ("hf-seqcls", "peft-lora", "sklearn", "onnx")
+SourceFormat = Literal["hf-seqcls", "peft-lora", "sklearn", "onnx", "pooled-linear"]
+SOURCE_FORMATS: tuple[SourceFormat, ...] = ("hf-seqcls", "peft-lora", "sklearn", "onnx", "pooled-linear")
 INPUTS_NAME = "inputs.jsonl"
 # Lower-casing runs in onnxruntime's StringNormalizer under this locale; "C.UTF-8" ships with
 # glibc, where skl2onnx's default (en_US.UTF-8) is often not installed. The benchmarks' builders
@@ -103,9 +107,11 @@ def detect_format(source: Path) -> SourceFormat:
             return "peft-lora"
         if (source / "config.json").is_file():
             return "hf-seqcls"
+        if (source / LINEAR_WEIGHTS).is_file():
+            return "pooled-linear"
         raise PackagingError(
-            f"{source} holds neither adapter_config.json (a PEFT adapter) nor config.json "
-            "(a transformers model)",
+            f"{source} holds neither adapter_config.json (a PEFT adapter), config.json "
+            f"(a transformers model) nor {LINEAR_WEIGHTS} (a linear map after a base's pooling)",
             "point at the folder written by save_pretrained(), or give an .onnx or .joblib file",
         )
     suffix = source.suffix.lower()
@@ -416,6 +422,41 @@ def load_own_pipeline(path: Path) -> Any:
 # --- the whole way ------------------------------------------------------------------------------
 
 
+def _linear_source(
+    req: PackageRequest, notes: list[str]
+) -> tuple[dict[str, Path | bytes], list[str], dict[str, Any]]:
+    """A folder holding ``linear.safetensors``; a UTD transfer's folder (``TransferResult.save``)
+    also names its base and labels in ``transfer.json``, taken when not given."""
+    folder = req.source
+    meta_path = folder / "transfer.json"
+    meta = _json_file(meta_path) if meta_path.is_file() else {}
+    known = _registered_bases()
+    base = req.base
+    if base is None:
+        declared = str(meta.get("target_base") or "")
+        if declared not in known:
+            raise PackagingError(
+                "a linear map does not say which base's embeddings it maps"
+                + (f" (transfer.json names {declared!r}, not a registered base)" if declared else ""),
+                f"give --base, one of: {', '.join(known)}",
+            )
+        base = declared
+        notes.append(f"base from transfer.json: {base}")
+    elif base not in known:
+        raise PackagingError(f"--base {base!r} is not a registered base", f"use one of: {', '.join(known)}")
+    names = req.label_names
+    if names is None:
+        declared_names = meta.get("label_names")
+        if not isinstance(declared_names, list) or not declared_names:
+            raise PackagingError(
+                "a linear map does not name its classes: the dock reads it through the label-name head",
+                "give --label-names, the class names in the order of the outputs",
+            )
+        names = [str(n) for n in declared_names]
+        notes.append(f"label names from transfer.json: {', '.join(names)}")
+    return {f"{LINEAR_DIR}/{LINEAR_WEIGHTS}": folder / LINEAR_WEIGHTS}, list(names), {"base_model": base}
+
+
 def make_package(req: PackageRequest, progress: Progress | None = None) -> PackageResult:
     """Build the package ``req`` describes, then check it exactly as the dock does."""
     source = req.source
@@ -443,6 +484,8 @@ def make_package(req: PackageRequest, progress: Progress | None = None) -> Packa
             files, names, extra = _peft_source(req, notes)
         elif fmt == "onnx":
             files, names, extra = _onnx_source(req, notes)
+        elif fmt == "pooled-linear":
+            files, names, extra = _linear_source(req, notes)
         else:
             pipeline = load_own_pipeline(source)
             blob, names, to_manifest = export_sklearn(pipeline, req.label_names)
@@ -534,6 +577,8 @@ def _fix_for(message: str, fmt: SourceFormat) -> str:
         return "the adapter must be a LoRA of the registered base (--base) with no modules_to_save"
     if fmt == "hf-seqcls":
         return "use a built-in transformers architecture saved with save_pretrained(safe_serialization=True)"
+    if fmt == "pooled-linear":
+        return f"{LINEAR_WEIGHTS} must hold one float tensor 'weight', d × d for the base's width d (--base)"
     return "see docs/packages.md for what each format needs"
 
 

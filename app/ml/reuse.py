@@ -22,6 +22,7 @@ from app.ml.bases import resolve_base
 from app.ml.errors import InvalidInput
 from app.ml.finetune import LoraClassifier, accuracy
 from app.ml.merging import LoraDelta, merge_lora
+from app.ml.pooled_linear import LINEAR_DIR, LINEAR_WEIGHTS
 from app.ml.progress import Progress
 
 
@@ -194,7 +195,7 @@ def package_model(
     model_dir: Path,
     out_zip: Path,
     *,
-    model_format: Literal["peft-lora", "hf-seqcls"],
+    model_format: Literal["peft-lora", "hf-seqcls", "pooled-linear"],
     name: str,
     description: str,
     label_names: list[str],
@@ -204,7 +205,8 @@ def package_model(
     tags: Sequence[str] = (),
 ) -> Path:
     """Write a reuse job's model as a learnware package naming its base by alias: an adapter
-    folder (``peft-lora``) or a transformers sequence-classification directory (``hf-seqcls``)."""
+    folder (``peft-lora``), a transformers sequence-classification directory (``hf-seqcls``) or
+    a folder holding a linear map after the base's pooling (``pooled-linear``)."""
     from app.ml.packages import Manifest, build_package, files_under, inputs_jsonl
 
     manifest = Manifest.model_validate(
@@ -228,6 +230,8 @@ def package_model(
             f"adapter/{ADAPTER_CONFIG}": json.dumps(config, indent=2, sort_keys=True).encode(),
             f"adapter/{ADAPTER_WEIGHTS}": Path(model_dir) / ADAPTER_WEIGHTS,
         }
+    elif model_format == "pooled-linear":
+        files = {f"{LINEAR_DIR}/{LINEAR_WEIGHTS}": Path(model_dir) / LINEAR_WEIGHTS}
     else:
         files = dict(files_under(Path(model_dir), "model"))
     return build_package(out_zip, manifest, {**files, "inputs.jsonl": inputs_jsonl(inputs)})

@@ -57,7 +57,8 @@ def post_finetune(
 def post_transfer(
     body: TransferCreate, key: CurrentKey, session: SessionDep, runtime: RuntimeDep
 ) -> ReuseSubmitted:
-    """Move a LoRA learnware onto another registered base (BiCo and its baselines)."""
+    """Move a LoRA learnware onto another registered base: BiCo and its baselines yield a LoRA
+    adapter of the target, UTD a linear map after the target's pooling (``pooled-linear``)."""
     job = service.create_transfer(session, runtime, key, body)
     return ReuseSubmitted(job_id=job.id, kind=job.kind)
 

@@ -275,7 +275,9 @@ def finetune(ctx: JobContext) -> None:
 
 
 def transfer(ctx: JobContext) -> None:
-    """Move a LoRA learnware onto the target base and register the transferred adapter."""
+    """Move a LoRA learnware onto the target base and register the result: a LoRA adapter of
+    the target (BiCo family), or UTD's operator folded into a linear map after the target's
+    pooling (``pooled-linear``)."""
     from app.ml.reuse import package_model
     from app.ml.transfer import transfer_learnware
 
@@ -298,13 +300,17 @@ def transfer(ctx: JobContext) -> None:
         ctx.log(
             f"transferred with {params['method']} in {result.seconds:.1f} s on {result.n_calibration} inputs"
         )
+        model_format: Literal["peft-lora", "pooled-linear"] = (
+            "peft-lora" if result.kind == "adapter" else "pooled-linear"
+        )
+        how = "" if result.kind == "adapter" else " (its operator folded into a linear map after pooling)"
         zip_path = package_model(
             out,
             scratch / "transferred.zip",
-            model_format="peft-lora",
+            model_format=model_format,
             name=params["name"],
             description=f"learnware {source.id} moved from {params['source_base']} to {params['target_base']} "
-            f"with {params['method']}",
+            f"with {params['method']}{how}",
             label_names=list(params["label_names"]),
             base=params["target_base"],
             inputs=source.inputs,
@@ -315,6 +321,11 @@ def transfer(ctx: JobContext) -> None:
             ctx,
             zip_path,
             params,
-            {"method": params["method"], "transfer_seconds": round(result.seconds, 3), "stats": result.stats},
+            {
+                "method": params["method"],
+                "format": model_format,
+                "transfer_seconds": round(result.seconds, 3),
+                "stats": result.stats,
+            },
             f"transferred to {params['target_base']}",
         )

@@ -266,11 +266,6 @@ def create_transfer(session: Session, runtime: Runtime, key: ApiKey, body: Trans
     private = result_privacy(key, body.private, default=False)
     learnware = _adapter(session, key, body.learnware_id)
     method = get_method(body.method)
-    if method.output != "adapter":
-        raise InvalidInput(
-            f"{body.method} yields an embedding operator, not an adapter: no learnware format carries it; "
-            "use bico, theseus, input_only, output_only or naive"
-        )
     if body.target_base not in registered_bases():
         raise InvalidInput(f"unknown target base {body.target_base!r}; registered: {registered_bases()}")
     source = learnware.base_model or ""

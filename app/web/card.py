@@ -201,6 +201,19 @@ def usage(learnware: Learnware, base_url: str) -> list[tuple[str, str, str]]:
                 'logits = model(**tokenizer(["an example text"], return_tensors="pt")).logits',
             )
         )
+    elif fmt == "pooled-linear":
+        snippets.append(
+            (
+                "pooled-linear",
+                "Apply the linear map after the base's pooling",
+                f"# unzip {folder}.zip first; W maps the mean-pooled embeddings of the base {learnware.base_model}\n"
+                "from safetensors.torch import load_file\nfrom app.ml.encoders import embed_texts, load_encoder\n\n"
+                f'base = load_encoder("{learnware.base_model}")  # the installed base, offline\n'
+                f'weight = load_file("{folder}/linear/linear.safetensors")["weight"]\n'
+                'embeddings = embed_texts(base, ["an example text"]) @ weight.T\n'
+                "# the dock reads them through its label-name head: app.ml.runners.PooledLinearRunner",
+            )
+        )
     elif fmt == "onnx":
         snippets.append(
             (

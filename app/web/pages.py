@@ -217,13 +217,13 @@ def learnware_page(
 
 
 def transfer_choices(learnware_base: str | None) -> dict[str, Any]:
-    """The bases a LoRA learnware can move to and the methods that yield an adapter."""
+    """The bases a LoRA learnware can move to and every transfer method (each yields a learnware)."""
     from app.ml.bases import registered_bases
     from app.ml.transfer import METHODS
 
     return {
         "bases": [b for b in registered_bases() if b != learnware_base],
-        "methods": [(m.name, m.summary) for m in METHODS.values() if m.output == "adapter"],
+        "methods": [(m.name, m.summary) for m in METHODS.values()],
     }
 
 

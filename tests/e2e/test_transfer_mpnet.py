@@ -2,9 +2,11 @@
 installed with ``pavedock bases install all-mpnet-base-v2``; not part of the default run, since
 MPNet is a 404 MB download and about 5× slower than MiniLM).
 
-The embedded dock's worker moves a MiniLM LoRA learnware onto MPNet with BiCo, calibrated on a
-user's labelled shots; the result is registered, validated by running it on MPNet, given its spec
-in the default space, indexed, and found by a task of the same kind."""
+The embedded dock's worker moves a MiniLM LoRA learnware onto MPNet with BiCo, calibrated on
+labelled shots (a LoRA adapter of MPNet), or with UTD on the same texts unlabelled (its operator
+folded into a ``pooled-linear`` map); the result is registered, validated by running it on MPNet,
+given its spec in the default space, indexed, and found by a user's task of the same kind.
+A developer asks for the transfer: a user key's result would be private, never indexed."""
 
 from __future__ import annotations
 
@@ -34,8 +36,14 @@ def _installed_mpnet() -> Path:
         pytest.skip(str(exc))
 
 
+@pytest.mark.parametrize(("method", "model_format"), [("bico", "peft-lora"), ("utd", "pooled-linear")])
 def test_a_learnware_moves_onto_mpnet_and_is_identified(
-    processes: Processes, lora_packages: dict[str, Path], datasets_dir: Path, tmp_path: Path
+    processes: Processes,
+    lora_packages: dict[str, Path],
+    datasets_dir: Path,
+    tmp_path: Path,
+    method: str,
+    model_format: str,
 ) -> None:
     installed = _installed_mpnet()
     data_dir = tmp_path / "var"
@@ -53,22 +61,25 @@ def test_a_learnware_moves_onto_mpnet_and_is_identified(
             ids[name] = sub.learnware_id
 
     shots = few_shot(load_task(datasets_dir, "sst2", "train"), per_class=16, seed=1)
-    with DockClient(url, user) as client:
+    with DockClient(url, developer) as dev:
         body = TransferCreate(
             learnware_id=ids["sst2"],
             target_base=MPNET_ALIAS,
-            method="bico",
+            method=method,
             texts=shots.texts,
-            labels=[int(y) for y in shots.labels],
+            labels=[int(y) for y in shots.labels] if method == "bico" else None,
         )
-        job = client.wait(client.transfer(body).job_id, timeout=1200)
+        job = dev.wait(dev.transfer(body).job_id, timeout=1200)
         assert job.state.value == "succeeded", f"{job.error}\n{serve.tail()}"
         result = job.result or {}
-        assert result["method"] == "bico" and result["transfer_seconds"] > 0
-        ingest = client.wait(int(result["ingest_job_id"]), timeout=1200)
+        assert result["method"] == method and result["format"] == model_format
+        assert result["transfer_seconds"] > 0
+        ingest = dev.wait(int(result["ingest_job_id"]), timeout=1200)
         assert ingest.state.value == "succeeded", f"{ingest.error}\n{serve.tail()}"
+    with DockClient(url, user) as client:
         moved = client.learnware(int(result["learnware_id"]))
         assert moved.status.value == "ready" and moved.base_model == MPNET_ALIAS
+        assert moved.model_format == model_format
         assert moved.label_names == ["negative", "positive"] and "transferred" in moved.tags
 
         # A sentiment task finds a sentiment learnware, MiniLM's or MPNet's, before the spam one.

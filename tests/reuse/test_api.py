@@ -181,7 +181,6 @@ def test_finetune_checks_the_shots(client: TestClient, keys: Keys, market: dict[
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"method": "utd"}, "embedding operator"),
         ({"target_base": "no-such-base"}, "unknown target base"),
         ({"target_base": "all-MiniLM-L6-v2"}, "already on"),
         ({"method": "nope"}, "unknown transfer method"),

@@ -362,11 +362,12 @@ def test_transfer_from_a_learnwares_page(
     csrf = sign_in(client, keys.user)
     page = client.get(f"/learnwares/{adapter}")
     assert 'id="transfer-form"' in page.text and '<option value="all-mpnet-base-v2"' in page.text
+    # Every method is offered: UTD's result is a learnware too (a pooled-linear map).
+    assert '<option value="bico"' in page.text and '<option value="utd"' in page.text
     assert 'id="transfer-form"' not in client.get(f"/learnwares/{onnx}").text  # adapters only
     form = {"csrf_token": csrf, "target_base": "all-mpnet-base-v2", "method": "bico", "texts": "good\nbad\n"}
     for data, field, message in (
         ({"texts": "only one"}, "texts", "at least two calibration texts"),
-        ({"method": "utd"}, "method", "embedding operator"),
         ({"method": "nope"}, "method", "unknown transfer method"),
         ({"target_base": "all-MiniLM-L6-v2"}, "target_base", "already on all-MiniLM-L6-v2"),
     ):

@@ -4,7 +4,8 @@ One runner per package format, behind one registry keyed by the manifest's ``mod
 
 - ``peft-lora``: the registered base with the LoRA adapter and the label-name head;
 - ``hf-seqcls``: a built-in transformers sequence-classification model (safetensors);
-- ``onnx``: an ONNX classifier on raw strings through onnxruntime.
+- ``onnx``: an ONNX classifier on raw strings through onnxruntime;
+- ``pooled-linear``: the registered base, a linear map after its pooling, the label-name head.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from app.ml.runners.base import Predictions, Runner
 from app.ml.runners.hf_seqcls import HfSeqClsRunner
 from app.ml.runners.onnx_model import OnnxRunner
 from app.ml.runners.peft_lora import PeftLoraRunner
+from app.ml.runners.pooled_linear import PooledLinearRunner
 
 RunnerFactory = Callable[[LearnwarePackage, torch.device | None, int], Runner]
 
@@ -25,6 +27,7 @@ RUNNERS: dict[ModelFormat, RunnerFactory] = {
     "peft-lora": lambda package, device, max_tokens: PeftLoraRunner(package, device, max_tokens),
     "hf-seqcls": lambda package, device, max_tokens: HfSeqClsRunner(package, device, max_tokens),
     "onnx": lambda package, device, max_tokens: OnnxRunner(package),
+    "pooled-linear": lambda package, device, max_tokens: PooledLinearRunner(package, device, max_tokens),
 }
 
 
@@ -40,6 +43,7 @@ __all__ = [
     "HfSeqClsRunner",
     "OnnxRunner",
     "PeftLoraRunner",
+    "PooledLinearRunner",
     "Predictions",
     "Runner",
     "load_runner",

@@ -1,7 +1,8 @@
 """``transfer_learnware``, the single entry point of a transfer (methods: ``registry.py``): it
 reads the learnware's adapter, pseudo-labels the calibration texts with the learnware when no
 labels are given, runs the method and returns a ``TransferResult`` that saves either a peft
-LoRA adapter for the target base (BiCo family) or a post-pooling UTD operator.
+LoRA adapter for the target base (BiCo family) or a post-pooling UTD operator, saved both as
+it is and folded into the ``pooled-linear`` map W = I + α Xᵀ that the dock packages and runs.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from app.ml.bases import resolve_base
 from app.ml.encoders import Encoder, embed_texts, load_encoder
 from app.ml.errors import InvalidInput, InvalidPackage
 from app.ml.head import LabelNameHead, check_label_names
+from app.ml.pooled_linear import fold_operator, save_linear
 from app.ml.progress import Progress
 from app.ml.transfer.bico import (
     MODE_SIDES,
@@ -87,7 +89,8 @@ class TransferResult:
         }
 
     def save(self, out_dir: Path) -> Path:
-        """Write a peft adapter (adapter kind) or ``utd_operator.safetensors``, plus ``transfer.json``."""
+        """Write a peft adapter (adapter kind), or ``utd_operator.safetensors`` and its folded
+        ``linear.safetensors`` (operator kind), plus ``transfer.json``."""
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         if self.kind == "adapter":
@@ -96,6 +99,7 @@ class TransferResult:
         else:
             assert self.operator is not None
             save_file({"matrix": self.operator.matrix.float().contiguous()}, str(out_dir / OPERATOR_WEIGHTS))
+            save_linear(out_dir, fold_operator(self.operator))
         (out_dir / TRANSFER_META).write_text(json.dumps(self.meta(), indent=2, sort_keys=True))
         return out_dir
 

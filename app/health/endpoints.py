@@ -47,7 +47,9 @@ def readiness(runtime: Runtime) -> tuple[bool, dict[str, Any]]:
     def broker() -> dict[str, Any]:
         with runtime.celery.connection_for_write() as conn:
             conn.ensure_connection(max_retries=1, timeout=2)
-            return {"transport": conn.transport_cls if isinstance(conn.transport_cls, str) else "custom"}
+            # The driver, not the class: the embedded broker is kombu's filesystem transport,
+            # subclassed (workers/broker.py); Redis is "redis".
+            return {"transport": str(conn.transport.driver_type)}
 
     def store() -> dict[str, Any]:
         runtime.store.ping()

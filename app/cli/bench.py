@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from app.cli.common import cache_dir, console, datasets_dir
+from app.cli.common import DEFAULT_URL, Url, cache_dir, console, datasets_dir
 from app.cli.progress import progress_bar
 
 bench_app = typer.Typer(
@@ -132,6 +132,29 @@ def bench_service(
         out=out,
         console=console,
     )
+
+
+@bench_app.command("tasks")
+def bench_tasks(
+    out: Out,
+    url: Url = DEFAULT_URL,
+    key: Annotated[str, typer.Option(help="a user key", envvar="PAVEDOCK_API_KEY")] = "",
+    tasks: Annotated[str, typer.Option(help="comma-separated datasets to draw tasks from")] = ",".join(
+        ("ag_news", "sst2", "trec", "sms_spam", "tweet_emotion")
+    ),
+    seeds: Annotated[int, typer.Option(min=1, help="draws of 8 shots per class per dataset")] = 2,
+    datasets: Datasets = None,
+) -> None:
+    """Few-shot tasks through a running dock's API, timed from the POST to the ranking."""
+    from app.bench.task_latency import run_task_latency
+
+    if not key:
+        raise typer.BadParameter("a user key is needed (--key or PAVEDOCK_API_KEY)", param_hint="--key")
+    result = run_task_latency(
+        url, key, datasets_dir(datasets), out, tasks=tuple(t for t in tasks.split(",") if t), seeds=seeds
+    )
+    for kind, v in result["by_kind"].items():
+        console.print(f"{kind}: median {v['median_s']:.2f} s, p90 {v['p90_s']:.2f} s over {v['tasks']} tasks")
 
 
 @bench_app.command("scale")

@@ -96,3 +96,27 @@ def test_serve_runs_the_dock_on_one_machine(
     assert index["size"] == 2 and index["source"] == "file"
     with DockClient(url, user) as client:
         assert {lw.id for lw in client.learnwares().items} == set(ids.values())
+
+    # `pavedock bench tasks` times few-shot tasks through this API, named and with codes.
+    out = tmp_path / "tasks.json"
+    pavedock(
+        env,
+        "bench",
+        "tasks",
+        "--tasks",
+        "trec",
+        "--seeds",
+        "1",
+        "--out",
+        str(out),
+        "--url",
+        url,
+        "--key",
+        user,
+    )
+    timed = json.loads(out.read_text())
+    assert [(t["task"], t["names"]) for t in timed["timings"]] == [("trec", "own names"), ("trec", "codes")]
+    assert all(
+        t["seconds"] > 0 and t["top1"].startswith("trec") and t["checked"] >= 1 for t in timed["timings"]
+    )
+    assert set(timed["by_kind"]) == {"own names", "codes"} and out.with_suffix(".md").is_file()

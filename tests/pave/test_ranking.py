@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from app.ml.ranking import (
-    LOG_FLOOR,
+    FLOOR_SHARE_OF_CHANCE,
     Candidate,
     LabelMap,
     ShotScore,
@@ -124,9 +124,10 @@ def test_shot_score_reads_probabilities_through_the_map() -> None:
     assert score.accuracy == pytest.approx(0.75)
     assert score.confidence == pytest.approx(np.mean([0.8, 0.9, 0.4, 0.7]))
     assert score.log_likelihood == pytest.approx(np.mean(np.log([0.8, 0.9, 0.4, 0.7])))
-    # Without probabilities its answer counts as sure: right is log 1, wrong is log LOG_FLOOR.
+    # Without probabilities its answer counts as sure: right is log 1, wrong is the floor (a
+    # share of chance: 1/2 here).
     assert shot_score(probs.argmax(axis=1), None, labels, label_map) == ShotScore(
-        0.75, 0.75, pytest.approx(np.log(LOG_FLOOR) / 4)
+        0.75, 0.75, pytest.approx(np.log(FLOOR_SHARE_OF_CHANCE / 2) / 4)
     )
     with pytest.raises(ValueError, match="probabilities of shape"):
         shot_score(probs.argmax(axis=1), probs[:, :1], labels, label_map)
@@ -198,6 +199,20 @@ def test_the_check_looks_wider_when_no_learnware_answers_by_name() -> None:
     assert check_count(named, ["ham", "spam"], 5, 20) == 5
     assert check_count(unnamed, ["0", "1"], 5, 20) == 20
     assert check_count(unnamed, ["0", "1"], 0, 20) == 0  # the check switched off stays off
+
+
+def test_a_few_confident_mistakes_cost_less_than_hedging_on_everything() -> None:
+    """A spam filter right 14 of 16 times and sure, against a sentiment model mapped onto ham /
+    spam that says about 0.6 every time and is right 13 times: the filter ranks first."""
+    labels = np.repeat([0, 1], 8)
+    sure = np.column_stack([np.where(labels == 0, 0.97, 0.03), np.where(labels == 0, 0.03, 0.97)])
+    sure[[0, 8]] = [[0.001, 0.999], [0.999, 0.001]]  # two confident mistakes
+    hedge = np.column_stack([np.where(labels == 0, 0.6, 0.4), np.where(labels == 0, 0.4, 0.6)])
+    hedge[[1, 2, 9]] = hedge[[1, 2, 9]][:, ::-1]
+    filter_score = shot_score(sure.argmax(axis=1), sure, labels, LabelMap((0, 1), "names", 2))
+    hedge_score = held_out_score(hedge.argmax(axis=1), hedge, labels, LabelMap((0, 1), "examples", 2))
+    assert filter_score.accuracy == 0.875 and hedge_score.accuracy < filter_score.accuracy
+    assert filter_score.rank_key > hedge_score.rank_key
 
 
 def test_copies_of_a_spec_rank_behind_their_original() -> None:

@@ -74,7 +74,7 @@ def _table(space_id: str) -> str:
 
 
 @dataclass(frozen=True)
-class _Space:
+class EngineSpace:
     space_id: str
     dim: int
     encoding: str
@@ -190,12 +190,12 @@ class PgVectorEngine:
 
     # -- the database's side ----------------------------------------------------------------------
 
-    def _space(self, space_id: str) -> _Space:
+    def _space(self, space_id: str) -> EngineSpace:
         with self.db.session() as session:
             record = session.get(SpecSpaceRecord, space_id)
             if record is None:
                 raise NotFound(f"no spec space {space_id}")
-            return _Space(
+            return EngineSpace(
                 space_id,
                 record.dim,
                 encoding_of_config(record.config),
@@ -212,7 +212,7 @@ class PgVectorEngine:
             raise NotFound(f"no spec space {space_id}")
         return int(version)
 
-    def _rows(self, space: _Space, since: int | None) -> Iterator[list[tuple[Any, ...]]]:
+    def _rows(self, space: EngineSpace, since: int | None) -> Iterator[list[tuple[Any, ...]]]:
         """The engine's rows of the learnwares stamped after ``since`` (all indexable ones when
         None), in batches: (id, ready, public, labels, n_classes, spec literal or None)."""
         query = (
@@ -246,7 +246,7 @@ class PgVectorEngine:
 
     # -- the engine's side ------------------------------------------------------------------------
 
-    def _ensure(self, cur: Any, space: _Space) -> None:
+    def _ensure(self, cur: Any, space: EngineSpace) -> None:
         """The extension, the state table and the space's table with its indexes."""
         if space.table in self._ready_tables:
             return
@@ -274,7 +274,7 @@ class PgVectorEngine:
         )
         self._ready_tables.add(space.table)
 
-    def _create_spec_index(self, cur: Any, space: _Space) -> None:
+    def _create_spec_index(self, cur: Any, space: EngineSpace) -> None:
         if self.index_kind == "exact" or space.dim > HNSW_MAX_DIM[space.encoding]:
             return
         using = "hnsw" if self.index_kind == "hnsw" else "ivfflat"
@@ -285,7 +285,7 @@ class PgVectorEngine:
             f" USING {using} (spec {space.opclass}){params} WHERE ready AND public"
         )
 
-    def _sync(self, space: _Space, *, rebuild: bool = False) -> IndexInfo:
+    def _sync(self, space: EngineSpace, *, rebuild: bool = False) -> IndexInfo:
         """Bring the space's table to the database's version (see the module's docstring)."""
         with self._transaction() as cur:
             cur.execute("SET LOCAL statement_timeout = 0")  # a large catch-up is no search
@@ -322,7 +322,7 @@ class PgVectorEngine:
         self._seen[space.space_id] = info
         return info
 
-    def _write(self, cur: Any, space: _Space, batches: Iterator[list[tuple[Any, ...]]]) -> None:
+    def _write(self, cur: Any, space: EngineSpace, batches: Iterator[list[tuple[Any, ...]]]) -> None:
         for batch in batches:
             gone = [row[0] for row in batch if row[5] is None]
             rows = [row for row in batch if row[5] is not None]
@@ -339,7 +339,7 @@ class PgVectorEngine:
                     template=f"(%s, %s, %s, %s, %s, {space.placeholder})",
                 )
 
-    def _engine_version(self, space: _Space) -> int | None:
+    def _engine_version(self, space: EngineSpace) -> int | None:
         with self._transaction() as cur:
             cur.execute("SELECT to_regclass('pavedock_spaces') IS NOT NULL")
             if not cur.fetchone()[0]:
@@ -348,7 +348,7 @@ class PgVectorEngine:
             row = cur.fetchone()
         return None if row is None or row[1] != space.epoch else int(row[0])
 
-    def _current(self, space_id: str) -> _Space:
+    def _current(self, space_id: str) -> EngineSpace:
         """The space, with the engine brought up to the database's version first if behind."""
         space = self._space(space_id)
         if self._engine_version(space) != space.db_version:
@@ -375,6 +375,12 @@ class PgVectorEngine:
             ]
         else:
             filters = [(visible, ())]
+        return self.search_table(space, q, k, filters), space.db_version
+
+    def search_table(
+        self, space: EngineSpace, literal: str, k: int, filters: Sequence[tuple[str, tuple[Any, ...]]]
+    ) -> list[Match]:
+        """The top ``k`` of each filter (SQL over the table's columns) by exact cosine, merged."""
         found: dict[int, float] = {}
         with self._transaction() as cur:
             self._tune(cur)
@@ -382,12 +388,12 @@ class PgVectorEngine:
                 cur.execute(
                     f"SELECT learnware_id, spec {space.operator} {space.placeholder} AS distance"
                     f" FROM {space.table} WHERE {where} ORDER BY distance LIMIT %s",
-                    (q, *params, k),
+                    (literal, *params, k),
                 )
                 found.update((int(i), float(d)) for i, d in cur.fetchall())
         matches = [Match(i, space.cosine(d)) for i, d in found.items()]
         matches.sort(key=lambda m: (-m.score, m.id))  # exact cosine order, ties by id
-        return matches, space.db_version
+        return matches
 
     def _tune(self, cur: Any) -> None:
         if self.index_kind == "hnsw":
@@ -398,7 +404,7 @@ class PgVectorEngine:
             cur.execute("SET LOCAL ivfflat.iterative_scan = relaxed_order")
 
     @staticmethod
-    def _query(space: _Space, query: np.ndarray) -> str:
+    def _query(space: EngineSpace, query: np.ndarray) -> str:
         arr = np.asarray(query).reshape(-1)
         if space.encoding == SIGN_BITS:
             if arr.dtype == np.uint8 and arr.size == packed_len(space.dim):

@@ -155,12 +155,27 @@ class PgVectorEngine:
             application_name="pavedock",
         )
 
+    def _checkout(self) -> psycopg2.extensions.connection | None:
+        """An idle connection that still answers (one the server dropped, say across its restart,
+        is closed here rather than failing the caller's statement), or None."""
+        while True:
+            with self._idle_lock:
+                conn = self._idle.pop() if self._idle else None
+            if conn is None:
+                return None
+            try:
+                with conn.cursor() as cur:
+                    cur.execute("SELECT 1")
+                conn.rollback()
+                return conn
+            except (psycopg2.OperationalError, psycopg2.InterfaceError):
+                conn.close()
+
     @contextmanager
     def _transaction(self) -> Iterator[Any]:
         """A cursor in one engine transaction (committed on success); an engine that cannot be
         reached raises ``VectorEngineUnavailable`` with the reason, and its connection is dropped."""
-        with self._idle_lock:
-            conn = self._idle.pop() if self._idle else None
+        conn = self._checkout()
         try:
             if conn is None:
                 conn = self._connect()
@@ -170,6 +185,7 @@ class PgVectorEngine:
         except (psycopg2.OperationalError, psycopg2.InterfaceError) as exc:
             if conn is not None:
                 conn.close()
+            self.close()  # the idle connections were to the same server: likely dead too
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise VectorEngineUnavailable(
                 f"vector engine pgvector at {self.where} is unavailable: {reason}"
@@ -343,9 +359,12 @@ class PgVectorEngine:
         with self._transaction() as cur:
             cur.execute("SELECT to_regclass('pavedock_spaces') IS NOT NULL")
             if not cur.fetchone()[0]:
+                self._ready_tables.clear()
                 return None
             cur.execute("SELECT version, epoch FROM pavedock_spaces WHERE space_id = %s", (space.space_id,))
             row = cur.fetchone()
+        if row is None:  # a new or wiped engine: its tables are made again
+            self._ready_tables.discard(space.table)
         return None if row is None or row[1] != space.epoch else int(row[0])
 
     def _current(self, space_id: str) -> EngineSpace:

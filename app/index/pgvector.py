@@ -125,7 +125,7 @@ class PgVectorEngine:
         url: str,
         *,
         index: str = "hnsw",
-        ef_search: int = 400,
+        ef_search: int = 1000,
         timeout_s: float = 5.0,
     ):
         if index not in ("hnsw", "ivfflat", "exact"):
@@ -294,7 +294,10 @@ class PgVectorEngine:
         if self.index_kind == "exact" or space.dim > HNSW_MAX_DIM[space.encoding]:
             return
         using = "hnsw" if self.index_kind == "hnsw" else "ivfflat"
-        params = "" if using == "hnsw" else " WITH (lists = 100)"
+        params = ""
+        if using == "ivfflat":  # its lists are trained on the rows there now: rebuild after a load
+            cur.execute(f"SELECT count(*) FROM {space.table} WHERE ready AND public")
+            params = f" WITH (lists = {max(10, min(4000, int(cur.fetchone()[0]) // 1000))})"
         # Partial: the index holds only what a search may return (ready and public).
         cur.execute(
             f"CREATE INDEX IF NOT EXISTS {space.table}_spec ON {space.table}"
@@ -305,6 +308,9 @@ class PgVectorEngine:
         """Bring the space's table to the database's version (see the module's docstring)."""
         with self._transaction() as cur:
             cur.execute("SET LOCAL statement_timeout = 0")  # a large catch-up is no search
+            # Syncs of one space queue here first, before any table or row lock: two processes
+            # catching up at once take their locks in one order and never deadlock.
+            cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (space.space_id,))
             self._ensure(cur, space)
             cur.execute(
                 "SELECT epoch, version, dim, encoding FROM pavedock_spaces WHERE space_id = %s FOR UPDATE",

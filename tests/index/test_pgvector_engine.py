@@ -42,7 +42,7 @@ def pgvector_server() -> Iterator[PgVectorServer]:
         server.remove()
 
 
-@pytest.fixture(params=["hnsw", "exact"])
+@pytest.fixture(params=["hnsw", "ivfflat", "exact"])
 def engine_runtime(
     request: pytest.FixtureRequest, pgvector_server: PgVectorServer, database_url: str, tmp_path: Path
 ) -> Iterator[Runtime]:

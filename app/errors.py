@@ -30,6 +30,7 @@ __all__ = [
     "Unauthorized",
     "UnknownBase",
     "UnsafePackage",
+    "VectorEngineUnavailable",
 ]
 
 
@@ -55,3 +56,8 @@ class PayloadTooLarge(DockError):
 
 class ServiceUnavailable(DockError):
     """A dependency (database, broker, store) cannot be reached."""
+
+
+class VectorEngineUnavailable(ServiceUnavailable, ConnectionError):
+    """The shared vector engine cannot be reached: for the API a 503 with the reason, for the job
+    runner a transient error (a ``ConnectionError``: the stage is retried after a back-off)."""

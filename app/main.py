@@ -16,6 +16,7 @@ from app.api.errors import register_error_handlers
 from app.api.limits import BodySizeLimit
 from app.api.metrics import RequestMetrics
 from app.auth import endpoints as keys
+from app.errors import ServiceUnavailable
 from app.health import endpoints as health
 from app.jobs import endpoints as jobs
 from app.jobs.reaper import Reaper
@@ -42,13 +43,18 @@ Errors have one body: `{"error": {"code": "...", "message": "..."}}`.
 def _startup(runtime: Runtime) -> None:
     with runtime.db.session() as session:
         register_spaces(session, runtime.settings)
-    live = runtime.indexes.live(runtime.default_space_id)
+    try:
+        info = runtime.indexes.status(runtime.default_space_id)
+    except ServiceUnavailable as exc:  # the API serves what it can; /readyz and searches say why
+        log.warning("index %s not ready: %s", runtime.default_space_id, exc)
+        return
     log.info(
-        "index %s ready: %d specs (version %d, from %s)",
-        live.space_id,
-        len(live.index),
-        live.version,
-        live.source,
+        "index %s ready (%s): %d specs (version %d, from %s)",
+        info.space_id,
+        runtime.indexes.name,
+        info.size,
+        info.version,
+        info.source,
     )
 
 

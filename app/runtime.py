@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.db.session import Database
-from app.index.registry import IndexRegistry
+from app.index.engine import VectorEngine, make_engine
 from app.jobs.dispatch import DISPATCHER, CeleryDispatcher
 from app.ml.bases import use_data_dir
 from app.settings import Settings
@@ -23,7 +23,7 @@ class Runtime:
     settings: Settings
     db: Database
     store: ArtifactStore
-    indexes: IndexRegistry
+    indexes: VectorEngine
     celery: Any
     default_space_id: str
     extras: dict[str, Any] = field(default_factory=dict)
@@ -41,17 +41,11 @@ class Runtime:
             settings=settings,
             db=db,
             store=make_store(settings),
-            indexes=IndexRegistry(
-                db,
-                settings.resolved_index_dir,
-                persist=persist_index,
-                save_interval_s=settings.index_save_interval_s,
-            ),
+            indexes=make_engine(settings, db, persist=persist_index),
             celery=celery,
             default_space_id=default_space_id(settings),
         )
 
     def close(self) -> None:
-        if self.indexes.persist:
-            self.indexes.save_all()
+        self.indexes.close()
         self.db.dispose()

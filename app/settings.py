@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 Environment = Literal["development", "testing", "production"]
 StorageBackend = Literal["local", "s3"]
+VectorEngineName = Literal["faiss", "pgvector"]
+VectorEngineIndex = Literal["hnsw", "ivfflat", "exact"]
 
 _DEFAULT_S3_SECRET = "change-me"
 
@@ -62,6 +64,18 @@ class Settings(BaseSettings):
     """Persisted FAISS indexes, one file per spec space; empty means ``<data_dir>/index``."""
     index_save_interval_s: float = 10.0
     """An API process writes its index file at most this often (and at shutdown)."""
+    vector_engine: VectorEngineName = "faiss"
+    """Where the specs are searched: ``faiss``, the embedded index in every process (default), or
+    ``pgvector``, a PostgreSQL server with the pgvector extension shared by all of them."""
+    vector_engine_url: str = ""
+    """The pgvector server (``postgresql://user:password@host:5432/db``); needed for ``pgvector``."""
+    vector_engine_index: VectorEngineIndex = "hnsw"
+    """pgvector's index on the specs: ``hnsw``, ``ivfflat`` or ``exact`` (a full scan, no index)."""
+    vector_engine_ef_search: int = Field(default=1000, ge=10, le=1000)
+    """HNSW candidates per query (``hnsw.ef_search``, pgvector's most: recall@10 0.976 at 100k on
+    the simulated market, 0.92 at 400; docs/benchmarks/scale.md); IVFFlat probes a tenth of it."""
+    vector_engine_timeout_s: float = Field(default=5.0, gt=0, le=300)
+    """Connecting to the engine and each statement give up after this long (then a 503)."""
 
     datasets_dir: Path | None = Field(default_factory=_default_datasets_dir)
     """The real datasets (benchmarks, the demo); default ``../shared/datasets`` where it exists."""
@@ -132,12 +146,18 @@ class Settings(BaseSettings):
             raise ValueError(
                 "PAVEDOCK_S3_SECRET_ACCESS_KEY is the placeholder 'change-me' outside development"
             )
-        for url_name in ("database_url", "broker_url"):
+        for url_name in ("database_url", "broker_url", "vector_engine_url"):
             url = getattr(self, url_name)
             if ":changethis@" in url or ":change-me@" in url:
                 raise ValueError(
                     f"PAVEDOCK_{url_name.upper()} holds a placeholder password outside development"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _engine_needs_url(self) -> Settings:
+        if self.vector_engine == "pgvector" and not self.vector_engine_url:
+            raise ValueError("PAVEDOCK_VECTOR_ENGINE=pgvector needs PAVEDOCK_VECTOR_ENGINE_URL")
         return self
 
     @property

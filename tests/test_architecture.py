@@ -29,7 +29,14 @@ LAYERS = (
     "entry points",
 )
 
-INFRASTRUCTURE = {"app.jobs.stages", "app.jobs.dispatch", "app.jobs.service", "app.index.registry"}
+INFRASTRUCTURE = {
+    "app.jobs.stages",
+    "app.jobs.dispatch",
+    "app.jobs.service",
+    "app.index.registry",
+    "app.index.engine",
+    "app.index.pgvector",
+}
 DOMAINS = (
     "app.auth",
     "app.spec_spaces",

@@ -36,8 +36,17 @@ def test_compose_file_validates() -> None:
 def test_compose_has_the_production_services_with_healthchecks() -> None:
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     services = compose["services"]
-    assert set(services) == {"postgres", "redis", "prestart", "api", "worker-cpu", "worker-gpu", "flower"}
-    for name in ("postgres", "redis", "api", "worker-cpu", "worker-gpu", "flower"):
+    assert set(services) == {
+        "postgres",
+        "vectors",
+        "redis",
+        "prestart",
+        "api",
+        "worker-cpu",
+        "worker-gpu",
+        "flower",
+    }
+    for name in ("postgres", "vectors", "redis", "api", "worker-cpu", "worker-gpu", "flower"):
         assert "healthcheck" in services[name], name
     assert services["prestart"]["command"][:3] == ["pavedock", "db", "upgrade"]
     assert services["api"]["depends_on"]["prestart"]["condition"] == "service_completed_successfully"
@@ -45,6 +54,8 @@ def test_compose_has_the_production_services_with_healthchecks() -> None:
     assert services["worker-gpu"]["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == [
         "gpu"
     ]
+    assert services["vectors"]["image"].startswith("pgvector/pgvector:")
+    assert "PAVEDOCK_VECTOR_ENGINE_URL" in compose["x-dock-env"]
     for dockerfile in ("docker/Dockerfile", "docker/worker-gpu.Dockerfile"):
         assert (ROOT / dockerfile).is_file()
 

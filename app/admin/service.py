@@ -152,7 +152,7 @@ def indexes(session: Session, runtime: Runtime) -> list[IndexRead]:
         indexed: int | None = None
         error: str | None = None
         try:
-            indexed = runtime.indexes.info(runtime.indexes.live(record.id)).size
+            indexed = runtime.indexes.status(record.id).size
         except Exception as exc:
             log.warning("index %s unavailable: %s", record.id, exc)
             error = f"{type(exc).__name__}: {exc}"

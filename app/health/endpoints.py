@@ -56,12 +56,13 @@ def readiness(runtime: Runtime) -> tuple[bool, dict[str, Any]]:
         return {}
 
     def index() -> dict[str, Any]:
-        live = runtime.indexes.live(runtime.default_space_id)
+        info = runtime.indexes.status(runtime.default_space_id)
         return {
-            "space": live.space_id,
-            "size": len(live.index),
-            "version": live.version,
-            "source": live.source,
+            "engine": runtime.indexes.name,
+            "space": info.space_id,
+            "size": info.size,
+            "version": info.version,
+            "source": info.source,
         }
 
     ok = all(

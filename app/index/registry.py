@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 _FILE = re.compile(r"^(?P<epoch>[0-9a-f]+)-v(?P<version>\d+)\.(?P<kind>faiss|bits)$")
 AnyIndex = SpecIndex | BinarySpecIndex
 _BATCH = 1000
+TIER_OVERFETCH = 4
+"""Without label filters inside the search, a task with label names takes the top 4k."""
 
 
 def bump_index_version(session: Session, space_id: str) -> int:
@@ -95,7 +97,10 @@ class LiveIndex:
 
 
 class IndexRegistry:
-    """The indexes of this process. ``persist``: write index files (API processes do)."""
+    """The indexes of this process, the embedded ``faiss`` vector engine (``app.index.engine``).
+    ``persist``: write index files (API processes do)."""
+
+    name = "faiss"
 
     def __init__(self, db: Database, index_dir: Path, *, persist: bool, save_interval_s: float = 10.0):
         self.db = db
@@ -265,11 +270,32 @@ class IndexRegistry:
     # -- searching and saving ----------------------------------------------------------------
 
     def search(
-        self, space_id: str, query: np.ndarray, k: int, *, exclude: set[int] | None = None
+        self,
+        space_id: str,
+        query: np.ndarray,
+        k: int,
+        *,
+        label_names: Sequence[str] = (),
+        exclude: set[int] | None = None,
     ) -> tuple[list[Match], int]:
-        """Top-``k`` learnware ids by cosine and the index version searched."""
+        """Top-``k`` learnware ids by cosine and the index version searched; with a task's
+        ``label_names`` the top ``TIER_OVERFETCH * k`` (the tiers are sorted by the caller)."""
         live = self.live(space_id)
-        return live.index.search(query, k, space_id=space_id, exclude=exclude), live.version
+        top = TIER_OVERFETCH * k if label_names else k
+        return live.index.search(query, top, space_id=space_id, exclude=exclude), live.version
+
+    def status(self, space_id: str) -> IndexInfo:
+        return self.info(self.live(space_id))
+
+    def publish(self, space_id: str) -> None:
+        """Nothing to do: each process applies the stamped rows when it next searches."""
+
+    def catch_up(self) -> None:
+        """Nothing to do: each process's index syncs itself before it searches."""
+
+    def close(self) -> None:
+        if self.persist:
+            self.save_all()
 
     def maybe_save(self, live: LiveIndex) -> None:
         if self.persist and time.monotonic() - live.saved_at >= self.save_interval_s:

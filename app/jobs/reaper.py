@@ -54,6 +54,10 @@ class Reaper(threading.Thread):
                 reap_once(self.runtime)
             except Exception:
                 log.warning("reaper pass failed; will try again", exc_info=True)
+            try:  # learnwares stamped while a shared vector engine was down are applied here
+                self.runtime.indexes.catch_up()
+            except Exception as exc:
+                log.info("vector engine catch-up: %s; will try again", exc)
             if self.stopped.wait(self.runtime.settings.reaper_interval_s):
                 return
 

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import io
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,7 +24,7 @@ from sqlalchemy.orm import Session
 
 from app.db.base import utcnow
 from app.db.models import Learnware, LearnwareStatus, Spec, SpecKind, SpecSource, SpecSpaceRecord
-from app.errors import DockError, IncompatibleSpec, InvalidPackage
+from app.errors import DockError, IncompatibleSpec, InvalidPackage, ServiceUnavailable
 from app.index.registry import bump_index_version, vector_from_bytes
 from app.jobs import service as jobs
 from app.jobs.runner import TRANSIENT, JobContext
@@ -34,6 +35,8 @@ from app.ml.binary_index import encoding_of_config
 from app.ml.packages import read_package_inputs
 from app.ml.validation import run_on_inputs
 from app.spec_spaces.service import check_spec
+
+log = logging.getLogger(__name__)
 
 
 def _learnware(session: Session, ctx: JobContext) -> Learnware:
@@ -277,3 +280,14 @@ def fit_spec(ctx: JobContext) -> None:
             },
             message="awaiting an admin's review" if await_review else "ready and indexed",
         )
+    if not await_review:  # committed: a shared engine takes it now (or at its catch-up)
+        _publish(ctx, snap.space_id)
+
+
+def _publish(ctx: JobContext, space_id: str) -> None:
+    """Hand the stamped learnware to the vector engine. The stamp is committed, so an engine
+    that is down loses nothing: ``catch_up`` applies it once the engine is back."""
+    try:
+        ctx.runtime.indexes.publish(space_id)
+    except ServiceUnavailable as exc:
+        log.warning("learnware of job %s: %s; indexed when the engine is back", ctx.claim.job_id, exc)

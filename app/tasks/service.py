@@ -131,9 +131,10 @@ def find_candidates(
     label_names: Sequence[str] = (),
 ) -> tuple[list[Candidate], int]:
     """Ready learnwares near a spec and the index version searched: with the task's
-    ``label_names`` searched among the top 4k, ordered by what they can answer (`by_tier`) with
-    copies of one spec behind their original (`originals_first`); without them in cosine order."""
-    found, version = runtime.indexes.search(space_id, vector, 4 * k if label_names else k)
+    ``label_names`` the engine's best of each tier (or its top 4k where it cannot filter by
+    labels), ordered by what they can answer (`by_tier`) with copies of one spec behind their
+    original (`originals_first`); without them in cosine order."""
+    found, version = runtime.indexes.search(space_id, vector, k, label_names=label_names)
     rows = learnwares.ready_by_ids(session, [m.id for m in found])
     # A learnware deleted after the index was last synced is dropped here.
     candidates = [Candidate(m.id, m.score, tuple(rows[m.id].label_names)) for m in found if m.id in rows]

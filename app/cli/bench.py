@@ -70,12 +70,28 @@ def bench_spec_time(
 
 
 @bench_app.command("merge")
-def bench_merge(out: Out, profile: Profile = "quick", datasets: Datasets = None, cache: Cache = None) -> None:
+def bench_merge(
+    out: Out,
+    profile: Profile = "quick",
+    datasets: Datasets = None,
+    cache: Cache = None,
+    learnwares: Annotated[
+        str,
+        typer.Option(
+            help="lora (rank-8 adapters; profiles smoke, quick, full) or full (full fine-tunes, every "
+            "weight trained; profiles smoke, full)"
+        ),
+    ] = "lora",
+) -> None:
     """The merging benchmark: every method with and without PACT on 2-, 4- and 8-task groups."""
     from app.bench.merging import run_merge_benchmark
+    from app.bench.merging_full import run_full_merge_benchmark
 
+    runners = {"lora": run_merge_benchmark, "full": run_full_merge_benchmark}
+    if learnwares not in runners:
+        raise typer.BadParameter(f"{learnwares!r} is not one of lora, full", param_hint="--learnwares")
     with progress_bar("merge benchmark") as report:
-        result = run_merge_benchmark(
+        result = runners[learnwares](
             profile, out, datasets_dir(datasets), report, cache_dir=cache_dir(cache, "merge")
         )
     typer.echo(json.dumps(result.get("normalized_accuracy", {}), indent=2))

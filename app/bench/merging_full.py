@@ -109,15 +109,16 @@ PROFILES: dict[str, MergeBenchProfile] = {
         grid_extensions=0,
         timing_repeats=1,
     ),
-    # Sized for under an hour on one core of a 2-core CPU that other jobs share: 48 steps of every
-    # weight per task (1.3 s a step unloaded), two seeded groups of 2 and of 4 tasks and the 8-task
-    # group, 32 dev and 100 test examples per task, 3-value grids extended once at an edge.
+    # Sized for under an hour on one core of a 2-core CPU that other jobs share (the run got about
+    # a third of a core): 40 steps of every weight per task (1.3 s a step on an idle core), the
+    # nested groups of 2, 4 and 8 tasks, 32 dev and 100 test examples per task, 3-value grids
+    # extended once at an edge.
     "full": MergeBenchProfile(
         name="full-ft",
         tasks=_TASKS,
         group_sizes=(2, 4, 8),
-        groups_per_size=2,
-        train_steps=48,
+        groups_per_size=1,
+        train_steps=40,
         train_batch=16,
         train_lr=1e-4,
         lora_rank=0,

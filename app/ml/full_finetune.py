@@ -35,7 +35,8 @@ def fit_full(
     progress: Progress | None = None,
 ) -> list[float]:
     """Train every parameter of ``encoder.model`` in place (AdamW, cross-entropy through the
-    label-name head embedded by the untrained encoder); returns the loss of each step.
+    label-name head embedded by the untrained encoder); returns the loss of each step. A BERT's
+    pooler, which mean pooling never reads, gets no gradient and stays as it was.
 
     Pass a private copy (``load_encoder(..., fresh=True)``): the shared one is the base.
     """

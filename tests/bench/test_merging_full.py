@@ -129,3 +129,16 @@ def test_smoke_profile_on_a_tiny_bert_reports_every_variant(datasets_dir: Path, 
         "fine-tunes and runs come from the cache"
     )
     assert again["tasks"] == result["tasks"]
+
+
+def test_cli_names_the_learnwares_option_when_its_value_is_unknown(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from app.cli.main import app
+
+    result = CliRunner().invoke(
+        app, ["bench", "merge", "--learnwares", "qlora", "--out", str(tmp_path / "out.json")]
+    )
+    assert result.exit_code == 2
+    assert "--learnwares" in result.output and "'qlora' is not one of lora, full" in result.output
+    assert not (tmp_path / "out.json").exists()

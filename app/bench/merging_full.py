@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 
@@ -54,6 +54,7 @@ from app.bench.merging import (
     size_means,
     variants,
 )
+from app.bench.pact_sweep import SWEEP_METHODS, pact_sweep_markdown
 from app.ml.encoders import load_encoder
 from app.ml.errors import InvalidInput
 from app.ml.full_finetune import fit_full
@@ -255,14 +256,16 @@ def _merge_and_evaluate(
     spec: MergeBenchProfile,
     steps: _Steps,
     cache: Path,
+    only: Sequence[tuple[str, str, bool]] | None = None,
 ) -> list[dict[str, object]]:
-    """Every variant on every group: merged once, λ/α chosen on dev, test accuracy at that choice.
-    Each finished (group, variant) run is kept in `cache`, so an interrupted run resumes."""
+    """Every variant (or those in `only`) on every group: merged once, λ/α chosen on dev, test
+    accuracy at that choice. Each finished (group, variant) run is kept in `cache`, so an
+    interrupted run resumes."""
     runs: list[dict[str, object]] = []
     for size, group_list in groups.items():
         for group in group_list:
             members = [learnwares[name] for name in group]
-            for key, method, pact in variants():
+            for key, method, pact in variants() if only is None else only:
                 kept = _run_cache_file(cache, spec, group, key, method)
                 assert kept is not None
                 if kept.is_file():
@@ -336,6 +339,43 @@ def pact_gains(normalized: Mapping[str, Mapping[str, float]]) -> dict[str, float
     }
 
 
+@dataclass
+class _Prepared:
+    """The fine-tunes, the evaluator and each task's own accuracies, shared by the benchmark and
+    the PACT sweep."""
+
+    tasks: dict[str, _Task]
+    evaluator: _Evaluator
+    learnwares: dict[str, TaskVectors]
+    per_task: dict[str, dict[str, float]]
+    stage_seconds: dict[str, float]
+
+
+def _prepare(
+    spec: MergeBenchProfile,
+    datasets_dir: Path,
+    base: str | Path,
+    cache: Path,
+    threads: int | None,
+    steps: _Steps,
+) -> _Prepared:
+    stage_seconds: dict[str, float] = {}
+    stage = time.perf_counter()
+    tasks = {name: _split_task(Path(datasets_dir), name, spec) for name in spec.tasks}
+    encoder = load_encoder(base, fresh=True)
+    names = [name for name, p in encoder.model.named_parameters() if p.is_floating_point()]
+    evaluator = _Evaluator(encoder, names)
+    learnwares, train_facts = _full_learnwares(
+        tasks, spec, base, evaluator.base, cache / "full-fine-tunes", threads, steps
+    )
+    stage_seconds["train"] = time.perf_counter() - stage
+    stage = time.perf_counter()
+    _pin_threads(threads)
+    per_task = _own_accuracies(evaluator, tasks, learnwares, train_facts, spec, steps)
+    stage_seconds["individual"] = time.perf_counter() - stage
+    return _Prepared(tasks, evaluator, learnwares, per_task, stage_seconds)
+
+
 def run_full_merge_benchmark(
     profile: str,
     out: Path,
@@ -356,35 +396,108 @@ def run_full_merge_benchmark(
     groups = _groups(spec)
     grid_steps = sum(len(spec.grids[method]) + 1 for _, method, _ in variants())
     total = 2 * len(spec.tasks) + sum(len(group_list) for group_list in groups.values()) * grid_steps
-    stage_seconds: dict[str, float] = {}
     with _Steps(total, progress) as steps:
-        stage = time.perf_counter()
-        tasks = {name: _split_task(Path(datasets_dir), name, spec) for name in spec.tasks}
-        encoder = load_encoder(base, fresh=True)
-        names = [name for name, p in encoder.model.named_parameters() if p.is_floating_point()]
-        evaluator = _Evaluator(encoder, names)
-        learnwares, train_facts = _full_learnwares(
-            tasks, spec, base, evaluator.base, cache / "full-fine-tunes", threads, steps
-        )
-        stage_seconds["train"] = time.perf_counter() - stage
-
-        stage = time.perf_counter()
-        _pin_threads(threads)
-        per_task = _own_accuracies(evaluator, tasks, learnwares, train_facts, spec, steps)
-        stage_seconds["individual"] = time.perf_counter() - stage
-
+        ready = _prepare(spec, datasets_dir, base, cache, threads, steps)
         stage = time.perf_counter()
         runs = _merge_and_evaluate(
-            evaluator, tasks, per_task, learnwares, groups, spec, steps, cache / "runs-full"
+            ready.evaluator,
+            ready.tasks,
+            ready.per_task,
+            ready.learnwares,
+            groups,
+            spec,
+            steps,
+            cache / "runs-full",
         )
-        stage_seconds["merge_and_evaluate"] = time.perf_counter() - stage
+        ready.stage_seconds["merge_and_evaluate"] = time.perf_counter() - stage
 
-    result = _summarise(spec, groups, per_task, runs)
-    result["stage_seconds"] = stage_seconds
+    result = _summarise(spec, groups, ready.per_task, runs)
+    result["stage_seconds"] = ready.stage_seconds
     result["seconds_total"] = time.perf_counter() - started
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     out.with_suffix(".md").write_text(full_merge_markdown(result))
+    return result
+
+
+FULL_PACT_SETTINGS: dict[str, dict[str, object]] = {
+    "blocks' matrices, K=k=0.05 (the benchmark's)": FULL_PACT,
+    "early layers 0-2": {**FULL_PACT, "pact_layers": r"encoder\.layer\.[0-2]\."},
+    "blocks' matrices, K=k=0.1": {**FULL_PACT, "pact_anchor_rank": 0.1, "pact_task_rank": 0.1},
+    "every matrix (embeddings too)": {**FULL_PACT, "pact_layers": ""},
+}
+"""Named PACT settings the sweep tries on full fine-tunes; the first is the benchmark's."""
+
+
+def run_full_pact_sweep(
+    profile: str,
+    out: Path,
+    datasets_dir: Path,
+    progress: Progress | None = None,
+    cache_dir: Path | None = None,
+    threads: int | None = None,
+    base: str | Path = BASE,
+) -> dict[str, object]:
+    """Iso-C and TSV-M under each of `FULL_PACT_SETTINGS` on the full-fine-tune benchmark's groups,
+    beside the same merger without PACT; writes JSON to `out` and Markdown beside it. Shares the
+    benchmark's caches: the fine-tunes, the no-PACT runs and the default setting's runs are read."""
+    spec, cache = resolve_full_profile(profile, out, cache_dir)
+    out = Path(out)
+    started = time.perf_counter()
+    groups = _groups(spec)
+    n_groups = sum(len(group_list) for group_list in groups.values())
+    grid_steps = sum(len(spec.grids[method]) + 1 for method in SWEEP_METHODS)
+    total = 2 * len(spec.tasks) + n_groups * grid_steps * (len(FULL_PACT_SETTINGS) + 1)
+    with _Steps(total, progress) as steps:
+        ready = _prepare(spec, datasets_dir, base, cache, threads, steps)
+
+        def run(setting: Mapping[str, object] | None) -> dict[str, dict[str, float]]:
+            pact = setting is not None
+            variant_spec = spec if setting is None else replace(spec, pact=dict(setting))
+            only = [(("pact+" if pact else "") + method, method, pact) for method in SWEEP_METHODS]
+            runs = _merge_and_evaluate(
+                ready.evaluator,
+                ready.tasks,
+                ready.per_task,
+                ready.learnwares,
+                groups,
+                variant_spec,
+                steps,
+                cache / "runs-full",
+                only,
+            )
+            return {
+                method: size_means(runs, ("pact+" if pact else "") + method, groups, "normalized_accuracy")
+                for method in SWEEP_METHODS
+            }
+
+        baseline = run(None)
+        settings = {name: run(setting) for name, setting in FULL_PACT_SETTINGS.items()}
+    result: dict[str, object] = {
+        "benchmark": "pact-sweep",
+        "learnwares": "full fine-tunes",
+        "profile": spec.name,
+        "methods": list(SWEEP_METHODS),
+        "settings": FULL_PACT_SETTINGS,
+        "groups": {str(size): [list(group) for group in group_list] for size, group_list in groups.items()},
+        "without_pact": baseline,
+        "normalized_accuracy": settings,
+        "mean_gain": {
+            name: {
+                method: float(
+                    np.mean(list(scores[method].values())) - np.mean(list(baseline[method].values()))
+                )
+                for method in SWEEP_METHODS
+            }
+            for name, scores in settings.items()
+        },
+        "machine": _machine(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "seconds_total": time.perf_counter() - started,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    out.with_suffix(".md").write_text(pact_sweep_markdown(result))
     return result
 
 

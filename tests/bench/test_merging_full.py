@@ -142,3 +142,27 @@ def test_cli_names_the_learnwares_option_when_its_value_is_unknown(tmp_path: Pat
     assert result.exit_code == 2
     assert "--learnwares" in result.output and "'qlora' is not one of lora, full" in result.output
     assert not (tmp_path / "out.json").exists()
+
+
+def test_pact_sweep_on_full_fine_tunes_reads_the_benchmarks_runs(datasets_dir: Path, tmp_path: Path) -> None:
+    from app.bench.merging_full import FULL_PACT_SETTINGS, run_full_pact_sweep
+    from app.bench.pact_sweep import SWEEP_METHODS
+
+    base = make_tiny_bert(tmp_path / "tiny", WORDS, hidden=16, layers=2)
+    cache = tmp_path / "cache"
+    bench = run_full_merge_benchmark(
+        "smoke", tmp_path / "merge.json", datasets_dir, lambda *_: None, cache, base=base
+    )
+    runs_before = set((cache / "runs-full").iterdir())
+    out = tmp_path / "sweep.json"
+    sweep = run_full_pact_sweep("smoke", out, datasets_dir, lambda *_: None, cache, base=base)
+    normalized = bench["normalized_accuracy"]
+    assert isinstance(normalized, dict)
+    default = next(iter(FULL_PACT_SETTINGS))
+    for method in SWEEP_METHODS:
+        assert sweep["without_pact"][method] == normalized[method]  # type: ignore[index]
+        assert sweep["normalized_accuracy"][default][method] == normalized[f"pact+{method}"]  # type: ignore[index]
+    added = set((cache / "runs-full").iterdir()) - runs_before
+    assert len(added) == (len(FULL_PACT_SETTINGS) - 1) * len(SWEEP_METHODS), "only the new settings ran"
+    assert set(json.loads(out.read_text())["mean_gain"]) == set(FULL_PACT_SETTINGS)
+    assert out.with_suffix(".md").read_text().count("| `pact+iso_c` |") == len(FULL_PACT_SETTINGS)

@@ -590,12 +590,13 @@ def _learnwares(
 def _own_accuracies(
     evaluator: _Evaluator,
     tasks: Mapping[str, _Task],
-    learnwares: Mapping[str, Mapping[str, LoraDelta]],
+    learnwares: Mapping[str, Mapping[str, LoraDelta | Tensor]],
     train_facts: Mapping[str, Mapping[str, float]],
     spec: MergeBenchProfile,
     steps: _Steps,
 ) -> dict[str, dict[str, float]]:
-    """Zero-shot base and each task's own learnware on its test (and dev) split."""
+    """Zero-shot base and each task's own learnware (LoRA factors or dense task vectors) on its test
+    (and dev) split."""
     per_task: dict[str, dict[str, float]] = {}
     for name, task in tasks.items():
         evaluator.prepare(task, spec.max_tokens)

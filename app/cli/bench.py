@@ -25,6 +25,13 @@ Datasets = Annotated[
     Path | None, typer.Option("--datasets", help="datasets folder (default: settings / ../shared/datasets)")
 ]
 Cache = Annotated[Path | None, typer.Option("--cache", help="cache of trained learnwares and specs")]
+MergeLearnwares = Annotated[
+    str,
+    typer.Option(
+        help="lora (rank-8 adapters; profiles smoke, quick, full) or full (full fine-tunes, every "
+        "weight trained; profiles smoke, full)"
+    ),
+]
 
 
 def register(app: typer.Typer) -> None:
@@ -70,12 +77,22 @@ def bench_spec_time(
 
 
 @bench_app.command("merge")
-def bench_merge(out: Out, profile: Profile = "quick", datasets: Datasets = None, cache: Cache = None) -> None:
+def bench_merge(
+    out: Out,
+    profile: Profile = "quick",
+    datasets: Datasets = None,
+    cache: Cache = None,
+    learnwares: MergeLearnwares = "lora",
+) -> None:
     """The merging benchmark: every method with and without PACT on 2-, 4- and 8-task groups."""
     from app.bench.merging import run_merge_benchmark
+    from app.bench.merging_full import run_full_merge_benchmark
 
+    runners = {"lora": run_merge_benchmark, "full": run_full_merge_benchmark}
+    if learnwares not in runners:
+        raise typer.BadParameter(f"{learnwares!r} is not one of lora, full", param_hint="--learnwares")
     with progress_bar("merge benchmark") as report:
-        result = run_merge_benchmark(
+        result = runners[learnwares](
             profile, out, datasets_dir(datasets), report, cache_dir=cache_dir(cache, "merge")
         )
     typer.echo(json.dumps(result.get("normalized_accuracy", {}), indent=2))
@@ -83,13 +100,21 @@ def bench_merge(out: Out, profile: Profile = "quick", datasets: Datasets = None,
 
 @bench_app.command("pact-sweep")
 def bench_pact_sweep(
-    out: Out, profile: Profile = "quick", datasets: Datasets = None, cache: Cache = None
+    out: Out,
+    profile: Profile = "quick",
+    datasets: Datasets = None,
+    cache: Cache = None,
+    learnwares: MergeLearnwares = "lora",
 ) -> None:
     """Iso-C and TSV-M under several PACT settings (layers, K, side) on the merging benchmark's groups."""
+    from app.bench.merging_full import run_full_pact_sweep
     from app.bench.pact_sweep import run_pact_sweep
 
+    runners = {"lora": run_pact_sweep, "full": run_full_pact_sweep}
+    if learnwares not in runners:
+        raise typer.BadParameter(f"{learnwares!r} is not one of lora, full", param_hint="--learnwares")
     with progress_bar("PACT sweep") as report:
-        result = run_pact_sweep(
+        result = runners[learnwares](
             profile, out, datasets_dir(datasets), report, cache_dir=cache_dir(cache, "merge")
         )
     typer.echo(json.dumps(result["mean_gain"], indent=2))

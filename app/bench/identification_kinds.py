@@ -15,7 +15,8 @@ Each kind is its own row (BENCHMARK.md, "Identification"); the headline is the m
 
 A user's accuracy with a learnware is measured on the test split of their classes, through the
 label map the dock reports for it (a wrong map costs what it would cost the user); the oracle is
-the best learnware in hindsight under the map a person would accept (equal names).
+the best learnware in hindsight under the map a person would accept (equal names), or the
+top-1 under the dock's map where that does better.
 """
 
 from __future__ import annotations
@@ -279,9 +280,11 @@ def measure(market: Market, user: User, ranked: list[Ranked]) -> dict[str, float
         for lw in market.learnwares
         if lw.id not in user.exclude and tier_of(truth, lw.label_names) == Tier.BY_NAME
     }
-    oracle = max(serving.values(), default=0.0)
     top = ranked[0]
     accuracy = user_accuracy(market, user, top.id, top.label_map)
+    # The best in hindsight is at least what the dock gave: a top-1 read through a map chosen by
+    # the examples can beat every learnware read by name (seen with the smoke profile's tiny models).
+    oracle = max(*serving.values(), accuracy) if serving else 0.0
     position = {r.id: i for i, r in enumerate(ranked)}
     own = {lw.variant: lw.id for lw in market.learnwares if lw.task == user.task}
     metrics = {

@@ -252,7 +252,7 @@ def transfer_learnware(
     return TransferResult(
         kind="adapter",
         seconds=time.perf_counter() - started,
-        rank=p["rank"] or tv.rank,
+        rank=p["rank"] or tv_b.rank,  # k·r where k source layers fold into one
         deltas=tv_b.module_deltas(),
         stats={
             "layer_pairs": len(pairs),

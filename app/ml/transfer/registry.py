@@ -35,7 +35,12 @@ _COMMON = (
 )
 _ADAPTER = (
     ParamSpec("alpha", "float", 1.0, "scale of the transferred update: θ_B' = θ_B + α·τ_B"),
-    ParamSpec("rank", "int", 0, "LoRA rank of the saved adapter (0: the source adapter's rank, exact)"),
+    ParamSpec(
+        "rank",
+        "int",
+        0,
+        "LoRA rank of the saved adapter (0: exact, the source rank times the layers folded into one)",
+    ),
     ParamSpec(
         "alignment",
         "choice",

@@ -107,6 +107,12 @@ def bench_transfer(
     target: Annotated[
         str | None, typer.Option("--target", help="target base (default all-mpnet-base-v2)")
     ] = None,
+    tasks: Annotated[
+        str | None,
+        typer.Option(
+            "--tasks", help="comma-separated tasks instead of the profile's (finished ones are cached)"
+        ),
+    ] = None,
 ) -> None:
     """The transfer benchmark: MiniLM → MPNet (or --source all-mpnet-base-v2 --target
     all-MiniLM-L6-v2) with BiCo, THESEUS-style, naive and UTD."""
@@ -119,6 +125,7 @@ def bench_transfer(
             datasets_dir(datasets),
             report,
             cache_dir=cache_dir(cache, "transfer"),
+            tasks=[t.strip() for t in tasks.split(",") if t.strip()] if tasks else None,
             source_base=source,
             target_base=target,
         )

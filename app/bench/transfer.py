@@ -11,9 +11,10 @@ N), and accuracy on the test split of
 - the target fine-tuned directly on the same N labelled examples (LoRA r = 8 on q/v),
 - the source learnware itself (on its own base).
 
-When the source is deeper than the target (MPNet's 12 layers → MiniLM's 6), BiCo folds every
-source layer into its nearest target layer (``layer_pairs``); the ablation ``bico_nearest``
-keeps one source layer per target layer instead, from the same calibration pass.
+When the source is deeper than the target (MPNet's 12 layers → MiniLM's 6), the benchmark's
+``bico`` folds every source layer into its nearest target layer (``layers="all"`` of
+``layer_pairs``) and ``bico_nearest`` keeps one source layer per target layer (the transfer
+job's default), both from the same calibration pass; the other adapter methods fold.
 
 Reported averages over tasks: ``gain_over_zero_shot`` = mean(acc − zero-shot) and
 ``share_of_finetune_gain`` = mean(acc − zero-shot) / mean(fine-tune − zero-shot), per method
@@ -208,6 +209,7 @@ def _adapter_mode(method: str) -> tuple[BicoMode, LayerMap]:
     """The BiCo mode and layer map of an adapter method of the benchmark."""
     if method in LAYER_VARIANTS:
         return LAYER_VARIANTS[method]
+    # Fold every source layer (a no-op unless the source is deeper; kept so cached results hold).
     return next(m for m in ADAPTER_METHODS if m == method), "all"
 
 

@@ -50,7 +50,7 @@ def _tv(layers: int, roles: tuple[str, ...] = ("q", "v")) -> TaskVector:
 
 
 def test_a_shallower_target_receives_every_source_layer() -> None:
-    pairs = layer_pairs(_tv(12), 12, 6, "bert")
+    pairs = layer_pairs(_tv(12), 12, 6, "bert", "all")
     links = sorted({(p.source_layer, p.target_layer) for p in pairs})
     # MPNet's 12 layers onto MiniLM's 6: two consecutive source layers per target layer
     assert links == [(i, i // 2) for i in range(12)]
@@ -75,7 +75,7 @@ def test_a_deeper_target_is_unchanged_by_the_layer_map() -> None:
 def test_folded_layers_add_their_moved_updates(tiny: TinyBases, mpnet_adapter: Path) -> None:
     source, target = load_encoder(tiny.mpnet, fresh=True), load_encoder(tiny.bert, fresh=True)
     tv = load_lora_task_vector(mpnet_adapter, "mpnet")
-    pairs = layer_pairs(tv, source.num_layers, target.num_layers, "bert")
+    pairs = layer_pairs(tv, source.num_layers, target.num_layers, "bert", "all")
     assert {(p.source_layer, p.target_layer) for p in pairs} == {(0, 0), (1, 1), (2, 1)}
     (stats,) = collect_cross_stats(source, target, pairs, tiny.texts, tiny.labels, LABEL_NAMES)
     shapes = {
@@ -98,7 +98,7 @@ def test_transfer_to_narrower_shallower_base_gives_an_exact_adapter(
     tiny: TinyBases, mpnet_adapter: Path, tmp_path: Path
 ) -> None:
     result = transfer_learnware(
-        "bico", mpnet_adapter, tiny.mpnet, tiny.bert, tiny.texts, tiny.labels, LABEL_NAMES
+        "bico", mpnet_adapter, tiny.mpnet, tiny.bert, tiny.texts, tiny.labels, LABEL_NAMES, {"layers": "all"}
     )
     assert result.kind == "adapter" and result.target_model_type == "bert"
     assert set(result.deltas) == {module_name("bert", j, r) for j in range(2) for r in ("q", "v")}
@@ -123,7 +123,25 @@ def test_other_methods_run_in_this_direction(tiny: TinyBases, mpnet_adapter: Pat
     if method == "utd":
         assert result.operator is not None and result.operator.dim == 32  # the target's width
     else:
-        assert all(d.shape == (32, 32) for d in result.deltas.values()) and result.rank == 8
+        assert all(d.shape == (32, 32) for d in result.deltas.values()) and result.rank == 4
+
+
+def test_by_default_each_target_layer_takes_its_nearest_source_layer(
+    tiny: TinyBases, mpnet_adapter: Path
+) -> None:
+    nearest = transfer_learnware(
+        "naive", mpnet_adapter, tiny.mpnet, tiny.bert, tiny.texts, tiny.labels, LABEL_NAMES
+    )
+    tau = load_lora_task_vector(mpnet_adapter, "mpnet").deltas
+    # naive truncates 48 → 32 on both sides: target layer 1 holds source layer 2's update alone
+    assert nearest.rank == 4 and nearest.params["layers"] == "nearest"
+    torch.testing.assert_close(nearest.deltas[module_name("bert", 1, "q")], tau[(2, "q")][:32, :32])
+    folded = transfer_learnware(
+        "naive", mpnet_adapter, tiny.mpnet, tiny.bert, tiny.texts, tiny.labels, LABEL_NAMES, {"layers": "all"}
+    )
+    torch.testing.assert_close(
+        folded.deltas[module_name("bert", 1, "q")], (tau[(1, "q")] + tau[(2, "q")])[:32, :32]
+    )
 
 
 def test_word_matching_is_the_same_both_ways(tiny: TinyBases) -> None:

@@ -222,7 +222,7 @@ def transfer_learnware(
         )
 
     mode = _bico_mode(method)
-    pairs = layer_pairs(tv, source.num_layers, target.num_layers, tgt_type)
+    pairs = layer_pairs(tv, source.num_layers, target.num_layers, tgt_type, p["layers"])
     stats: CrossStats | None = None
     statistics = _statistics(mode)
     if statistics:

@@ -42,6 +42,14 @@ _ADAPTER = (
         "LoRA rank of the saved adapter (0: exact, the source rank times the layers folded into one)",
     ),
     ParamSpec(
+        "layers",
+        "choice",
+        "nearest",
+        "a shallower target: each target layer takes its nearest source layer, or all source "
+        "layers folded into their nearest target layer (summed)",
+        choices=("nearest", "all"),
+    ),
+    ParamSpec(
         "alignment",
         "choice",
         "word",

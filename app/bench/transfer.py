@@ -1,14 +1,20 @@
-"""Transfer benchmark (BENCHMARK.md, "Transfer"): MiniLM-L6 learnwares moved to MPNet-base.
+"""Transfer benchmark (BENCHMARK.md, "Transfer"): MiniLM-L6 learnwares moved to MPNet-base, or
+the other way (``source_base``/``target_base``: MPNet-base learnwares moved to MiniLM-L6).
 
-Per task: a source learnware (LoRA r = 8 on MiniLM's query/value with the label-name head,
-trained on the task's train split), N calibration examples drawn from the train split
+Per task: a source learnware (LoRA r = 8 on the source base's query/value with the label-name
+head, trained on the task's train split), N calibration examples drawn from the train split
 (nested: the first 16 of the 64, the first 64 of the 256, so one calibration pass serves all
 N), and accuracy on the test split of
 
-- the target zero-shot (frozen MPNet with the label-name head),
+- the target zero-shot (the frozen target base with the label-name head),
 - every transfer method applied to the target (no training),
 - the target fine-tuned directly on the same N labelled examples (LoRA r = 8 on q/v),
 - the source learnware itself (on its own base).
+
+When the source is deeper than the target (MPNet's 12 layers → MiniLM's 6), the benchmark's
+``bico`` folds every source layer into its nearest target layer (``layers="all"`` of
+``layer_pairs``) and ``bico_nearest`` keeps one source layer per target layer (the transfer
+job's default), both from the same calibration pass; the other adapter methods fold.
 
 Reported averages over tasks: ``gain_over_zero_shot`` = mean(acc − zero-shot) and
 ``share_of_finetune_gain`` = mean(acc − zero-shot) / mean(fine-tune − zero-shot), per method
@@ -26,6 +32,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -47,6 +54,8 @@ from app.ml.transfer.bico import (
     MODE_SIDES,
     BicoMode,
     CrossStats,
+    LayerMap,
+    LayerPair,
     Statistic,
     collect_cross_stats,
     layer_pairs,
@@ -57,6 +66,8 @@ from app.ml.transfer.utd import operator_from_features
 from app.settings import get_settings
 
 ADAPTER_METHODS: tuple[BicoMode, ...] = ("bico", "theseus", "input_only", "output_only", "naive")
+# Benchmark-only variants of an adapter method: (mode, layer map).
+LAYER_VARIANTS: dict[str, tuple[BicoMode, LayerMap]] = {"bico_nearest": ("bico", "nearest")}
 
 
 @dataclass(frozen=True)
@@ -165,9 +176,15 @@ def _source_adapter(p: TransferProfile, train: TextTask, cache: Path, progress: 
         seed=p.seed,
         progress=progress,
     )
-    tmp = folder.with_name(folder.name + ".partial")
+    # A private temporary folder: two runs sharing the cache may train the same source at once.
+    tmp = folder.with_name(f"{folder.name}.partial-{os.getpid()}")
     classifier.save(tmp)
-    tmp.rename(folder)
+    try:
+        tmp.rename(folder)
+    except OSError:
+        if not (folder / "adapter_model.safetensors").is_file():
+            raise
+        shutil.rmtree(tmp)  # the other run finished first; its adapter is the same training
     return folder
 
 
@@ -188,8 +205,17 @@ def _finetune_accuracy(p: TransferProfile, calib: TextTask, test: TextTask) -> f
     return float((probs.argmax(axis=1) == test.labels).mean())
 
 
+def _adapter_mode(method: str) -> tuple[BicoMode, LayerMap]:
+    """The BiCo mode and layer map of an adapter method of the benchmark."""
+    if method in LAYER_VARIANTS:
+        return LAYER_VARIANTS[method]
+    # Fold every source layer (a no-op unless the source is deeper; kept so cached results hold).
+    return next(m for m in ADAPTER_METHODS if m == method), "all"
+
+
 def _statistics(methods: Sequence[str]) -> list[Statistic]:
-    wanted = {s for m in methods if m in MODE_SIDES for s in MODE_SIDES[m] if s is not None}
+    modes = [_adapter_mode(m)[0] for m in methods]
+    wanted = {s for m in modes for s in MODE_SIDES[m] if s is not None}
     return [s for s in ("act_in", "grad_out", "act_out") if s in wanted]
 
 
@@ -228,9 +254,14 @@ def _run_task(
 
     accuracy: dict[str, dict[str, float]] = {m: {} for m in (*p.methods, "finetune")}
     seconds: dict[str, dict[str, float]] = {m: {} for m in p.methods}
-    bico_methods = [m for m in p.methods if m in ADAPTER_METHODS]
+    bico_methods = [m for m in p.methods if m in ADAPTER_METHODS or m in LAYER_VARIANTS]
     statistics = _statistics(bico_methods)
-    pairs = layer_pairs(tv, source.num_layers, target.num_layers, target.model_type)
+    pairs_of: dict[LayerMap, list[LayerPair]] = {
+        layers: layer_pairs(tv, source.num_layers, target.num_layers, target.model_type, layers)
+        for layers in ("all", "nearest")
+    }
+    pairs = pairs_of["all"]  # nearest's pairs are among them: one calibration pass serves both
+    assert set(pairs_of["nearest"]) <= set(pairs)
     snapshots: list[CrossStats | None] = [None] * len(p.ns)
     if statistics:
         report("calibration pass")
@@ -259,9 +290,11 @@ def _run_task(
         key = str(n)
         for method in bico_methods:
             report(f"{method}, N = {n}")
-            mode: BicoMode = next(m for m in ADAPTER_METHODS if m == method)
+            mode, layers = _adapter_mode(method)
             started = time.perf_counter()
-            tv_b, _ = transfer_task_vector(tv, pairs, target_shapes, mode, snapshots[k], target.model_type)
+            tv_b, _ = transfer_task_vector(
+                tv, pairs_of[layers], target_shapes, mode, snapshots[k], target.model_type
+            )
             solve = time.perf_counter() - started
             snapshot = snapshots[k]
             pass_seconds = (
@@ -342,15 +375,21 @@ def run_transfer_benchmark(
     *,
     cache_dir: Path | None = None,
     tasks: Sequence[str] | None = None,
+    source_base: str | None = None,
+    target_base: str | None = None,
 ) -> dict[str, Any]:
     """Run the transfer benchmark; write ``out`` (JSON) and ``out`` with suffix .md; return the JSON.
 
     ``cache_dir`` (default ``<data dir>/cache/bench-transfer``) keeps trained source adapters
-    and finished tasks; ``tasks`` overrides the profile's task list.
+    and finished tasks; ``tasks`` overrides the profile's task list, ``source_base`` and
+    ``target_base`` its bases (the other direction: MPNet → MiniLM).
     """
     p = get_profile(profile)
     if tasks is not None:
         p = replace(p, tasks=tuple(tasks))
+    p = replace(p, source_base=source_base or p.source_base, target_base=target_base or p.target_base)
+    if p.source_base == p.target_base:
+        raise InvalidInput(f"source and target base are both {p.source_base!r}; a transfer needs two bases")
     if len(p.tasks) == 0:
         raise InvalidInput("no tasks to benchmark")
     cache = Path(cache_dir) if cache_dir is not None else get_settings().data_dir / "cache" / "bench-transfer"
@@ -358,6 +397,9 @@ def run_transfer_benchmark(
     started = time.perf_counter()
     source = load_encoder(p.source_base, fresh=True)
     target = load_encoder(p.target_base, fresh=True)
+    if source.num_layers > target.num_layers and "bico" in p.methods and "bico_nearest" not in p.methods:
+        # A deeper source: also measure BiCo without folding layers (one source layer per target layer).
+        p = replace(p, methods=(*p.methods, "bico_nearest"))
     stages = 3 + len(p.ns) * (len(p.methods) + 1)
     results: dict[str, dict[str, Any]] = {}
     for t, task_name in enumerate(p.tasks):
@@ -452,7 +494,7 @@ def markdown_table(report: dict[str, Any]) -> str:
             + f" | {secs} |"
         )
     lines.append(
-        f"| source learnware (MiniLM) | {' | '.join(_fmt(acc['source']) for _ in ns)} | "
+        f"| source learnware ({settings['source_base']}) | {' | '.join(_fmt(acc['source']) for _ in ns)} | "
         + " | ".join(_fmt(gain["source"][n]) for n in ns)
         + " | "
         + " | ".join(_fmt(share["source"][n], pct=False) for n in ns)

@@ -122,9 +122,25 @@ def bench_pact_sweep(
 
 @bench_app.command("transfer")
 def bench_transfer(
-    out: Out, profile: Profile = "quick", datasets: Datasets = None, cache: Cache = None
+    out: Out,
+    profile: Profile = "quick",
+    datasets: Datasets = None,
+    cache: Cache = None,
+    source: Annotated[
+        str | None, typer.Option("--source", help="source base (default all-MiniLM-L6-v2)")
+    ] = None,
+    target: Annotated[
+        str | None, typer.Option("--target", help="target base (default all-mpnet-base-v2)")
+    ] = None,
+    tasks: Annotated[
+        str | None,
+        typer.Option(
+            "--tasks", help="comma-separated tasks instead of the profile's (finished ones are cached)"
+        ),
+    ] = None,
 ) -> None:
-    """The transfer benchmark: MiniLM → MPNet with BiCo, THESEUS-style, naive and UTD."""
+    """The transfer benchmark: MiniLM → MPNet (or --source all-mpnet-base-v2 --target
+    all-MiniLM-L6-v2) with BiCo, THESEUS-style, naive and UTD."""
     from app.bench.transfer import run_transfer_benchmark
 
     with progress_bar("transfer benchmark") as report:
@@ -134,6 +150,9 @@ def bench_transfer(
             datasets_dir(datasets),
             report,
             cache_dir=cache_dir(cache, "transfer"),
+            tasks=[t.strip() for t in tasks.split(",") if t.strip()] if tasks else None,
+            source_base=source,
+            target_base=target,
         )
     typer.echo(json.dumps(result.get("gain_over_zero_shot", {}), indent=2))
 

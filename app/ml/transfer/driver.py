@@ -226,7 +226,7 @@ def transfer_learnware(
         )
 
     mode = _bico_mode(method)
-    pairs = layer_pairs(tv, source.num_layers, target.num_layers, tgt_type)
+    pairs = layer_pairs(tv, source.num_layers, target.num_layers, tgt_type, p["layers"])
     stats: CrossStats | None = None
     statistics = _statistics(mode)
     if statistics:
@@ -256,7 +256,7 @@ def transfer_learnware(
     return TransferResult(
         kind="adapter",
         seconds=time.perf_counter() - started,
-        rank=p["rank"] or tv.rank,
+        rank=p["rank"] or tv_b.rank,  # k·r where k source layers fold into one
         deltas=tv_b.module_deltas(),
         stats={
             "layer_pairs": len(pairs),

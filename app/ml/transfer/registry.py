@@ -35,7 +35,20 @@ _COMMON = (
 )
 _ADAPTER = (
     ParamSpec("alpha", "float", 1.0, "scale of the transferred update: θ_B' = θ_B + α·τ_B"),
-    ParamSpec("rank", "int", 0, "LoRA rank of the saved adapter (0: the source adapter's rank, exact)"),
+    ParamSpec(
+        "rank",
+        "int",
+        0,
+        "LoRA rank of the saved adapter (0: exact, the source rank times the layers folded into one)",
+    ),
+    ParamSpec(
+        "layers",
+        "choice",
+        "nearest",
+        "a shallower target: each target layer takes its nearest source layer, or all source "
+        "layers folded into their nearest target layer (summed)",
+        choices=("nearest", "all"),
+    ),
     ParamSpec(
         "alignment",
         "choice",

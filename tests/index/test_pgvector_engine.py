@@ -26,7 +26,7 @@ from app.ml.binary_index import pack_signs
 from app.runtime import Runtime
 from app.settings import Settings
 from tests.fixtures.pgvector_server import PgVectorServer
-from tests.fixtures.service import Keys, add_ready_learnware, empty_tables, write_spec
+from tests.fixtures.service import Keys, add_ready_learnware, empty_tables, make_keys, write_spec
 
 
 @pytest.fixture(scope="session")
@@ -74,21 +74,7 @@ def engine_client(engine_runtime: Runtime) -> Iterator[TestClient]:
 
 @pytest.fixture
 def engine_keys(engine_runtime: Runtime, engine_client: TestClient) -> Keys:
-    from app.auth.service import create_key
-    from app.db.models import Role
-
-    with engine_runtime.db.session() as session:
-        tokens = {
-            who: create_key(session, role=role, name=who).token
-            for who, role in (
-                ("admin", Role.admin),
-                ("developer", Role.developer),
-                ("developer2", Role.developer),
-                ("user", Role.user),
-                ("user2", Role.user),
-            )
-        }
-    return Keys(**tokens)
+    return make_keys(engine_runtime)
 
 
 def _owner(client: TestClient, keys: Keys) -> int:

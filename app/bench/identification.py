@@ -229,8 +229,14 @@ def _name_similarity(space: SpecSpace) -> Any:
 class Market:
     """The benchmark's learnwares, their runners, accuracies and specs (all cached)."""
 
-    def __init__(self, profile: BenchProfile, datasets: Path, cache: Cache, space: SpecSpace):
+    def __init__(
+        self, profile: BenchProfile, datasets: Path, cache: Cache, space: SpecSpace, *, seed: int = 0
+    ):
         self.profile = profile
+        self.seed = seed
+        """The market's seed: which family each task's learnwares are (rotated by it), the seed of
+        their training and of the labels their graded and corrupted variants draw. Seed 0 is the
+        published market; another seed is a market the ranking's rules were not chosen on."""
         self.datasets = datasets
         self.cache = cache
         self.space = space
@@ -244,16 +250,20 @@ class Market:
         self._runners: dict[int, Any] = {}
         self._packages: dict[int, LearnwarePackage] = {}
 
+    def plan(self) -> list[tuple[str, str, str]]:
+        """(task, family, variant) of each learnware the market holds."""
+        families = {name: FAMILIES[(i + self.seed) % len(FAMILIES)] for i, name in enumerate(self.tasks)}
+        return [
+            (name, family, variant)
+            for name, family in families.items()
+            # Graded learnwares where they are cheap to train (not the LoRA family).
+            for variant in (VARIANTS if family != "lora" else VARIANTS[:2])
+        ]
+
     def build(self) -> None:
         from app.ml.packages import extract_package
 
-        jobs = [
-            (name, FAMILIES[i % len(FAMILIES)], variant)
-            for i, name in enumerate(self.tasks)
-            # Graded learnwares where they are cheap to train (not the LoRA family).
-            for variant in (VARIANTS if FAMILIES[i % len(FAMILIES)] != "lora" else VARIANTS[:2])
-        ]
-        for name, family, variant in tqdm(jobs, desc="market: learnwares"):
+        for name, family, variant in tqdm(self.plan(), desc="market: learnwares"):
             zip_path = self._package(name, family, variant)
             dest = self.cache.path("extracted", zip_path.stem)
             shutil.rmtree(dest, ignore_errors=True)
@@ -278,9 +288,9 @@ class Market:
         train = self.tasks[name]
         if len(train) > self.profile.train_cap:
             train = train.subset(
-                np.random.default_rng(0).choice(len(train), self.profile.train_cap, replace=False)
+                np.random.default_rng(self.seed).choice(len(train), self.profile.train_cap, replace=False)
             )
-        rng = np.random.default_rng([0, 1009])
+        rng = np.random.default_rng([self.seed, 1009])
         if variant == "small":
             return train.subset(np.sort(rng.choice(len(train), max(40, len(train) // 20), replace=False)))
         share = {"corrupted": 0.95, "noisy": 0.4}.get(variant, 0.0)
@@ -299,12 +309,14 @@ class Market:
         tmp = path.with_suffix(".tmp.zip")
         if family == "lora":
             builders.train_lora_learnware(
-                train, tmp, steps=self.profile.lora_steps, seed=0, n_inputs=self.profile.spec_inputs
+                train, tmp, steps=self.profile.lora_steps, seed=self.seed, n_inputs=self.profile.spec_inputs
             )
         elif family == "linear":
-            builders.train_linear_head_learnware(train, tmp, seed=0, n_inputs=self.profile.spec_inputs)
+            builders.train_linear_head_learnware(
+                train, tmp, seed=self.seed, n_inputs=self.profile.spec_inputs
+            )
         else:
-            builders.train_tfidf_onnx_learnware(train, tmp, seed=0, n_inputs=self.profile.spec_inputs)
+            builders.train_tfidf_onnx_learnware(train, tmp, seed=self.seed, n_inputs=self.profile.spec_inputs)
         tmp.replace(path)
         return path
 
@@ -440,16 +452,18 @@ def run_identification_benchmark(
     *,
     head: str | None = None,
     extras: bool = True,
+    market_seed: int = 0,
 ) -> dict[str, Any]:
-    """Run the benchmark, write ``out`` (JSON), ``out.md`` and ``out.png``; return the results."""
+    """Run the benchmark, write ``out`` (JSON), ``out.md`` and ``out.png``; return the results.
+    ``market_seed`` builds another market of the same tasks (its own cache folder)."""
     if profile_name not in PROFILES:
         raise ValueError(f"unknown profile {profile_name!r}; known: {sorted(PROFILES)}")
     profile = PROFILES[profile_name]
     started = time.perf_counter()
     space = load_space()
     default = replace(space.config.recipe, head=head) if head else space.config.recipe
-    cache = Cache(cache_dir / profile.name)
-    market = Market(profile, datasets, cache, space)
+    cache = Cache(cache_dir / (profile.name if market_seed == 0 else f"{profile.name}-market{market_seed}"))
+    market = Market(profile, datasets, cache, space, seed=market_seed)
     market.build()
     lws = market.learnwares
 
@@ -546,11 +560,13 @@ def run_identification_benchmark(
         "kinds": by_kind,
         "kind_users": kind_users,
         "profile": asdict(profile),
+        "market_seed": market_seed,
         "machine": machine(),
         "space_id": space.id,
         "command": f"pavedock bench identify --profile {profile.name} --out {out}"
         + (f" --head {head}" if head else "")
-        + ("" if extras else " --no-extras"),
+        + ("" if extras else " --no-extras")
+        + (f" --market-seed {market_seed}" if market_seed else ""),
         "summary": summary,
         **{k: summary[k] for k in summary},
         "beyond": beyond,
@@ -784,7 +800,8 @@ def _pm(values: dict[str, float], key: str) -> str:
 def render_markdown(result: dict[str, Any]) -> str:
     s = result["summary"]
     lines = [
-        f"# Identification benchmark ({result['profile']['name']} profile)",
+        f"# Identification benchmark ({result['profile']['name']} profile"
+        + (f", market seed {result['market_seed']})" if result.get("market_seed") else ")"),
         "",
         f"Command: `{result['command']}`  ",
         f"Machine: {result['machine']['platform']}, {result['machine']['cpus']} CPUs, "

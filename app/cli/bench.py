@@ -51,13 +51,26 @@ def bench_identify(
     extras: Annotated[
         bool, typer.Option("--extras/--no-extras", help="also the steps curve and the beyond comparison")
     ] = True,
+    market_seed: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="another market of the same tasks: families, training and corruption seeds (0: the published one)",
+        ),
+    ] = 0,
 ) -> None:
     """The identification benchmark of BENCHMARK.md (kinds of user task as the service ranks; PAVE,
     PAVE♣, RKME; beyond; cost; steps curve)."""
     from app.bench.identification import run_identification_benchmark
 
     result = run_identification_benchmark(
-        profile, out, datasets_dir(datasets), cache_dir(cache, "identify"), head=head, extras=extras
+        profile,
+        out,
+        datasets_dir(datasets),
+        cache_dir(cache, "identify"),
+        head=head,
+        extras=extras,
+        market_seed=market_seed,
     )
     typer.echo(json.dumps(result["summary"], indent=2))
 

@@ -60,3 +60,25 @@ def test_smoke_profile_writes_every_key_the_issue_asks_for(datasets_dir: Path, t
     } <= set(beyond)
     for name in ("identify.md", "identify.png"):
         assert (tmp_path / name).stat().st_size > 0
+
+
+def test_another_market_seed_is_another_market(datasets_dir: Path, tmp_path: Path) -> None:
+    """A market seed the rules were not chosen on: each task's learnwares change family (so other
+    tasks get graded variants), and the labels a corrupted twin draws change with it."""
+    from app.bench.identification import PROFILES, Cache, Market
+
+    profile = PROFILES["smoke"]
+    markets = [
+        Market(profile, datasets_dir, Cache(tmp_path / str(seed)), space=None, seed=seed)  # type: ignore[arg-type]
+        for seed in (0, 1)
+    ]
+    plans = [market.plan() for market in markets]
+    families = [{task: family for task, family, _ in plan} for plan in plans]
+    assert set(families[0]) == set(families[1]) == set(profile.tasks or ())
+    assert all(families[0][task] != families[1][task] for task in families[0])
+    # Every task still has its good learnware and its corrupted twin in both markets.
+    for plan in plans:
+        for task in families[0]:
+            assert {(task, "good"), (task, "corrupted")} <= {(t, v) for t, _, v in plan}
+    corrupted = [market._training_set("sst2", "corrupted").labels for market in markets]
+    assert len(corrupted[0]) == len(corrupted[1]) and (corrupted[0] != corrupted[1]).any()

@@ -21,7 +21,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,8 +92,13 @@ class LiveIndex:
         self.version = 0
         self.source = "empty"
         self.lock = threading.Lock()
+        """Held while changes are applied or the index is replaced (not while it is searched)."""
+        self.save_lock = threading.Lock()
+        """One save of this index at a time."""
         self.saved_version = -1
         self.saved_at = 0.0
+        self.rewrite: threading.Thread | None = None
+        """The compaction running beside the requests, if any (at most one)."""
 
 
 class IndexRegistry:
@@ -188,11 +193,34 @@ class IndexRegistry:
                     changed = self._apply_changes(session, live, live.version)
                 live.version = max(live.version, int(db_version))
                 index = live.index
-                if isinstance(index, BinarySpecIndex) and not self.persist and index.needs_compaction():
-                    index.compact()  # a process that writes no file keeps its cells in memory
+        if isinstance(index, BinarySpecIndex) and not self.persist and index.needs_compaction():
+            self._rewrite_beside(live, index.compact)  # no file: the cells are kept in memory
         if changed or live.saved_version < 0:
             self.maybe_save(live)
         return changed
+
+    def _rewrite_beside(self, live: LiveIndex, work: Callable[[], object]) -> None:
+        """Run ``work`` (a compaction, then a save) in a thread of its own, not in the request
+        that found it due: searches and changes go on meanwhile (the index installs the new
+        file under its write lock only at the end). At most one per index."""
+        with self._lock:
+            if live.rewrite is not None and live.rewrite.is_alive():
+                return
+
+            def run() -> None:
+                try:
+                    work()
+                except Exception:  # the index stays as it was; the next change tries again
+                    log.exception("index %s: compaction failed", live.space_id)
+
+            live.rewrite = threading.Thread(target=run, name=f"index-rewrite-{live.space_id}", daemon=True)
+            live.rewrite.start()
+
+    def wait_for_rewrites(self, timeout_s: float | None = None) -> None:
+        """Wait for the compactions running beside the requests (before a final save)."""
+        for live in list(self._live.values()):
+            if live.rewrite is not None:
+                live.rewrite.join(timeout_s)
 
     def _apply_changes(self, session: Session, live: LiveIndex, since: int) -> bool:
         rows = session.execute(
@@ -294,23 +322,34 @@ class IndexRegistry:
         """Nothing to do: each process's index syncs itself before it searches."""
 
     def close(self) -> None:
+        self.wait_for_rewrites()
         if self.persist:
             self.save_all()
 
     def maybe_save(self, live: LiveIndex) -> None:
-        if self.persist and time.monotonic() - live.saved_at >= self.save_interval_s:
+        """Save when the last save is old enough: the manifest in the request, a save that must
+        rewrite the codes file beside it."""
+        if not self.persist or time.monotonic() - live.saved_at < self.save_interval_s:
+            return
+        index = live.index
+        if isinstance(index, BinarySpecIndex) and (index.needs_compaction() or not live.saved_at):
+            self._rewrite_beside(live, lambda: self.save(live))
+        else:
             self.save(live)
 
     def save(self, live: LiveIndex) -> Path | None:
-        """Write this index as ``<epoch>-v<version>.faiss`` (atomically) and drop older files."""
-        if live.saved_version == live.version and live.saved_at:
-            return None
-        folder = self._folder(live.space_id)
-        path = folder / f"{live.epoch}-v{live.version}.{_suffix(live.encoding)}"
-        with live.lock:
-            live.index.save(path)
-            version = live.version
-        live.saved_version, live.saved_at = version, time.monotonic()
+        """Write this index as ``<epoch>-v<version>.faiss`` (atomically) and drop older files.
+        The version is read before the index is written, so the file holds at least what its
+        name says (a change applied meanwhile is applied again on load: adds replace by id)."""
+        with live.save_lock:
+            if live.saved_version == live.version and live.saved_at:
+                return None
+            with live.lock:
+                index, version = live.index, live.version
+            folder = self._folder(live.space_id)
+            path = folder / f"{live.epoch}-v{version}.{_suffix(live.encoding)}"
+            index.save(path)
+            live.saved_version, live.saved_at = version, time.monotonic()
         for old_version, old in self._files(live.space_id, live.epoch, _suffix(live.encoding)):
             if old_version < version:
                 old.unlink(missing_ok=True)
@@ -321,6 +360,7 @@ class IndexRegistry:
         return path
 
     def save_all(self) -> None:
+        self.wait_for_rewrites()
         for live in list(self._live.values()):
             if live.saved_version != live.version:
                 self.save(live)

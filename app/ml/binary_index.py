@@ -17,7 +17,8 @@ follow the market's tasks, and inside them the order is exact.
 
 Below ``exact_below`` live specs (or before the cells are trained) every spec is scored.
 Specs added since the last compaction sit in a small in-memory tail with their cells; removed
-ones are tombstoned; ``compact`` rewrites the file (and trains the cells when there are enough).
+ones are tombstoned; ``compact`` rewrites the file (and trains the cells when there are enough)
+while searches and changes go on.
 """
 
 from __future__ import annotations
@@ -203,6 +204,7 @@ class BinarySpecIndex:
         """The cells' full-spec centroids (a query's cells are the nearest of these)."""
         self._quantizer: Any = None  # FAISS flat index of the centroids' sketches, to assign specs
         self._lock = ReadWriteLock()
+        self._compacting = threading.Lock()
 
     # -- sizes and ids ---------------------------------------------------------------------------
 
@@ -268,8 +270,10 @@ class BinarySpecIndex:
         self._alive.data[rows] = False
         return len(rows)
 
-    def _assign(self, codes: np.ndarray) -> np.ndarray:
-        _, cell = self._quantizer.search(np.ascontiguousarray(codes[:, self._cols]), 1)
+    def _assign(self, codes: np.ndarray, quantizer: Any = None) -> np.ndarray:
+        """The cell of each packed spec: the nearest centroid by sketch."""
+        quantizer = self._quantizer if quantizer is None else quantizer
+        _, cell = quantizer.search(np.ascontiguousarray(codes[:, self._cols]), 1)
         return np.asarray(cell[:, 0], dtype=np.int32)
 
     # -- search ----------------------------------------------------------------------------------
@@ -378,10 +382,15 @@ class BinarySpecIndex:
             centroids[cell] = np.packbits(2 * votes > len(rows), axis=-1)
         return centroids
 
+    def _quantizer_of(self, centroids: np.ndarray) -> Any:
+        """A FAISS flat index of the centroids' sketches (assigns a spec its cell)."""
+        quantizer = faiss.IndexBinaryFlat(len(self._cols) * 8)
+        quantizer.add(np.ascontiguousarray(centroids[:, self._cols]))
+        return quantizer
+
     def _set_centroids(self, centroids: np.ndarray) -> None:
         self._centroids = np.ascontiguousarray(centroids)
-        self._quantizer = faiss.IndexBinaryFlat(len(self._cols) * 8)
-        self._quantizer.add(np.ascontiguousarray(centroids[:, self._cols]))
+        self._quantizer = self._quantizer_of(self._centroids)
 
     @classmethod
     def build(
@@ -422,60 +431,92 @@ class BinarySpecIndex:
     def compact(self, codes_path: Path | None = None) -> None:
         """Rewrite the live specs cell by cell (to ``codes_path``, memory-mapped after, or in
         memory), training the cells first when there are enough specs and none yet or the size
-        moved a lot since. Searches wait while this runs."""
-        with self._lock.write():
-            n_rows = len(self._base) + self._tail.n
-            live = np.flatnonzero(self._alive.data[:n_rows])
-            source = _RowSource(self._base, self._tail.view)
+        moved a lot since.
+
+        Searches, adds and removes go on while this runs: it works on a snapshot of the rows
+        (rows are only ever appended, and a row's codes never change), and takes the write lock
+        only to install the new file, carrying over what changed meanwhile: specs added since
+        join the new tail in their new cells, specs removed since stay tombstoned. One
+        compaction runs at a time."""
+        with self._compacting:
+            with self._lock.read():
+                n_rows = len(self._base) + self._tail.n
+                live = np.flatnonzero(self._alive.data[:n_rows])
+                source = _RowSource(self._base, self._tail.view)
+                ids = self._ids.data[live].copy()
+                centroids, quantizer = self._centroids, self._quantizer
+
+            # The long part, under no lock: train, assign every live spec its cell, write.
             if len(live) >= self.params.exact_below and (
-                self._quantizer is None or abs(self.params.nlist(len(live)) - self.nlist) > self.nlist // 2
+                quantizer is None
+                or abs(self.params.nlist(len(live)) - int(quantizer.ntotal)) > quantizer.ntotal // 2
             ):
-                self._set_centroids(self._train(source, live))
-            quantizer = self._quantizer
+                centroids = self._train(source, live)
+                quantizer = self._quantizer_of(centroids)
             if quantizer is not None:
                 cells = np.empty(len(live), dtype=np.int32)
                 for start in range(0, len(live), 20_000):
-                    part = live[start : start + 20_000]
-                    _, got = quantizer.search(np.ascontiguousarray(source[part][:, self._cols]), 1)
-                    cells[start : start + 20_000] = got[:, 0]
+                    part = source[live[start : start + 20_000]]
+                    cells[start : start + 20_000] = self._assign(part, quantizer)
                 order = np.argsort(cells, kind="stable")
-                live, cells = live[order], cells[order]
+                live, cells, ids = live[order], cells[order], ids[order]
                 cell_start = np.searchsorted(cells, np.arange(int(quantizer.ntotal) + 1)).astype(np.int64)
             else:
                 cells = np.full(len(live), -1, dtype=np.int32)
                 cell_start = np.zeros(1, dtype=np.int64)
-            if codes_path is not None:
-                codes_path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = codes_path.with_suffix(codes_path.suffix + ".tmp")
-                if len(live):
-                    out = np.lib.format.open_memmap(
-                        tmp, mode="w+", dtype=np.uint8, shape=(len(live), self.nbytes)
-                    )
-                    for start in range(0, len(live), 20_000):
-                        out[start : start + 20_000] = source[live[start : start + 20_000]]
-                    out.flush()
-                    del out
-                else:
-                    with tmp.open("wb") as fh:  # np.save(path) would append ".npy" to the name
-                        np.save(fh, np.empty((0, self.nbytes), dtype=np.uint8))
-                tmp.replace(codes_path)
-                base = np.load(codes_path, mmap_mode="r")
-            else:
-                base = (
-                    np.ascontiguousarray(source[live]) if len(live) else np.empty((0, self.nbytes), np.uint8)
+            base = self._write_rows(source, live, codes_path)
+            row_of = dict(zip(ids.tolist(), range(len(ids)), strict=True))
+
+            with self._lock.write():
+                # What changed while the file was written: rows appended after the snapshot,
+                # and tombstones on the rows just written.
+                now_rows = len(self._base) + self._tail.n
+                still = self._alive.data[live]
+                for dead in np.flatnonzero(~still).tolist():
+                    row_of.pop(int(ids[dead]), None)
+                late = np.arange(n_rows, now_rows)
+                late = late[self._alive.data[late]]
+                late_codes = np.ascontiguousarray(_RowSource(self._base, self._tail.view)[late])
+                late_ids = self._ids.data[late].copy()
+                late_cells = (
+                    self._assign(late_codes, quantizer)
+                    if quantizer is not None and len(late)
+                    else np.full(len(late), -1, dtype=np.int32)
                 )
-            ids = self._ids.data[live]
-            self._base, self._base_path, self._cell_start = base, codes_path, cell_start
-            self._tail = _Grow((self.nbytes,), np.uint8)
-            self._ids, self._alive, self._cells = (
-                _Grow((), np.int64),
-                _Grow((), np.bool_),
-                _Grow((), np.int32),
-            )
-            self._ids.append(ids)
-            self._alive.append(np.ones(len(ids), dtype=np.bool_))
-            self._cells.append(cells)
-            self._row_of = dict(zip(ids.tolist(), range(len(ids)), strict=True))
+                if quantizer is not self._quantizer:
+                    self._centroids, self._quantizer = np.ascontiguousarray(centroids), quantizer
+                self._base, self._base_path, self._cell_start = base, codes_path, cell_start
+                self._tail = _Grow((self.nbytes,), np.uint8)
+                self._ids, self._alive, self._cells = (
+                    _Grow((), np.int64),
+                    _Grow((), np.bool_),
+                    _Grow((), np.int32),
+                )
+                self._ids.append(np.concatenate([ids, late_ids]))
+                self._alive.append(np.concatenate([still, np.ones(len(late), dtype=np.bool_)]))
+                self._cells.append(np.concatenate([cells, late_cells]))
+                self._tail.append(late_codes)
+                row_of.update(zip(late_ids.tolist(), range(len(ids), len(ids) + len(late)), strict=True))
+                self._row_of = row_of
+
+    def _write_rows(self, source: _RowSource, rows: np.ndarray, codes_path: Path | None) -> np.ndarray:
+        """``source[rows]`` in that order, as a new codes file memory-mapped read-only (written
+        chunk by chunk under a temporary name, then renamed) or, without a path, in memory."""
+        if codes_path is None:
+            return np.ascontiguousarray(source[rows]) if len(rows) else np.empty((0, self.nbytes), np.uint8)
+        codes_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = codes_path.with_suffix(codes_path.suffix + ".tmp")
+        if len(rows):
+            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(len(rows), self.nbytes))
+            for start in range(0, len(rows), 20_000):
+                out[start : start + 20_000] = source[rows[start : start + 20_000]]
+            out.flush()
+            del out
+        else:
+            with tmp.open("wb") as fh:  # np.save(path) would append ".npy" to the name
+                np.save(fh, np.empty((0, self.nbytes), dtype=np.uint8))
+        tmp.replace(codes_path)
+        return np.load(codes_path, mmap_mode="r")
 
     def save(self, path: Path) -> None:
         """Write the index as ``path`` (a small manifest: ids, tombstones, cells, centroids, the

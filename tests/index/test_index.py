@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import numpy as np
+import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
@@ -74,3 +78,37 @@ def test_spec_spaces_describe_what_a_client_needs(
     assert described["config"]["base"] == "all-MiniLM-L6-v2" and described["config"]["rank"] == 8
     assert described["description"]["base_sha256"]
     assert sum(a * b for a, b in described["description"]["layer_shapes"]) == space[1]
+
+
+def test_a_request_never_waits_for_the_codes_file_to_be_rewritten(
+    client: TestClient, keys: Keys, runtime: Runtime, space: tuple[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The request that finds the index due a rewrite starts it beside itself and answers; the
+    rewrite (held here mid-write) installs its file and saves once done."""
+    space_id, dim = space
+    rng = np.random.default_rng(6)
+    owner = client.get("/v1/keys/me", headers=keys.auth("developer")).json()["id"]
+    writing, release = threading.Event(), threading.Event()
+    write_rows = BinarySpecIndex._write_rows
+
+    def held(self: BinarySpecIndex, *args: object) -> np.ndarray:
+        writing.set()
+        assert release.wait(30)
+        return write_rows(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(BinarySpecIndex, "_write_rows", held)
+    first = add_ready_learnware(runtime, owner, "first", np.sign(rng.standard_normal(dim)))
+    started = time.monotonic()
+    live = runtime.indexes.live(space_id)  # the first sync: its first save is a rewrite
+    assert writing.wait(30) and live.rewrite is not None and live.rewrite.is_alive()
+    query = np.sign(rng.standard_normal(dim))
+    second = add_ready_learnware(runtime, owner, "second", query)
+    matches, version = runtime.indexes.search(space_id, query, 5)
+    assert [m.id for m in matches][:1] == [second] and version == live.version
+    assert time.monotonic() - started < 10  # answered while the rewrite is held
+    assert not list((runtime.settings.resolved_index_dir / space_id).glob("*.bits"))
+    release.set()
+    runtime.indexes.wait_for_rewrites(30)
+    assert not live.rewrite.is_alive() and live.saved_version >= 1
+    assert list((runtime.settings.resolved_index_dir / space_id).glob("*.codes.npy"))
+    assert live.index.ids() == {first, second}

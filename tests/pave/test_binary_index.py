@@ -244,3 +244,55 @@ def test_searches_run_alongside_changes() -> None:
     for thread in threads:
         thread.join()
     assert not errors and len(index) == 3000
+
+
+def test_compaction_runs_beside_searches_and_changes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a compaction writes its file (held here mid-write), searches answer and specs are
+    added, replaced and removed; once it installs the file, every change made meanwhile is
+    there, and no id is indexed twice."""
+    specs, queries = market(n=3000)
+    params = BinaryIndexParams(exact_below=1000, rows_per_cell=200, nprobe=30, sketch_bytes=128)
+    index = BinarySpecIndex("s", DIM, params)
+    index.add(np.arange(3000), specs[:3000])
+    index.compact()
+    index.add(np.arange(3000, 3400), flipped(np.random.default_rng(9), specs[:400], 0.3))  # a tail to fold in
+
+    writing, release = threading.Event(), threading.Event()
+    write_rows = BinarySpecIndex._write_rows
+
+    def held(self: BinarySpecIndex, *args: object) -> np.ndarray:
+        writing.set()
+        assert release.wait(30)
+        return write_rows(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(BinarySpecIndex, "_write_rows", held)
+    compaction = threading.Thread(target=index.compact, args=(tmp_path / "new.codes.npy",))
+    compaction.start()
+    assert writing.wait(30)
+    before = time.monotonic()
+    assert len(index.search(queries[0], 10)) == 10
+    index.add([7000], queries[0])  # new: lands in the tail
+    index.add([5], -queries[1])  # replaced: its snapshot row must die, the new one live
+    index.add([3001], queries[2])  # a tail row of the snapshot, replaced too
+    index.remove([6, 3002])  # removed from the file's rows and from the tail's
+    index.add([7001], queries[3])
+    index.remove([7001])  # added and removed meanwhile
+    assert time.monotonic() - before < 5  # nothing waited for the compaction
+    assert compaction.is_alive()
+    release.set()
+    compaction.join(30)
+
+    assert index._base_path == tmp_path / "new.codes.npy"
+    assert len(index) == 3400 + 1 - 2
+    ids = index._ids.data[np.flatnonzero(index._alive.data[: len(index._base) + index._tail.n])]
+    assert len(ids) == len(set(ids.tolist())) == len(index)  # no id twice
+    assert index.ids() == (set(range(3400)) - {6, 3002}) | {7000}
+    assert index.search(queries[0], 1)[0].id == 7000
+    assert index.search(-queries[1], 1)[0].id == 5
+    assert index.search(queries[2], 1)[0].id == 3001
+    found = {m.id for m in index.search(queries[3], 50)}
+    assert 7001 not in found and 6 not in found
+    # The late rows sit in the tail, in cells of the new file's quantizer: found by the
+    # two-stage search exactly as by an exact scan.
+    for query in queries[:10]:
+        assert index.search(query, 10, nprobe=params.nlist(3400)) == index.search(query, 10, exact=True)

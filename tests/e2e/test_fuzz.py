@@ -17,21 +17,21 @@ from typing import Any
 
 import httpx
 import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from hypothesis.errors import Unsatisfiable
+from schemathesis import GenerationMode
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import content_type_conformance, status_code_conformance
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
 
-schemathesis = pytest.importorskip("schemathesis")
+from app.db.migrate import upgrade
+from tests.e2e.conftest import TEST_ENV, free_port, uvicorn_proc, wait_ready
+from tests.e2e.test_production_stack import make_key
 
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis.errors import Unsatisfiable  # noqa: E402
-from schemathesis import GenerationMode  # noqa: E402
-from schemathesis.checks import not_a_server_error  # noqa: E402
-from schemathesis.specs.openapi.checks import content_type_conformance, status_code_conformance  # noqa: E402
-from sqlalchemy import create_engine, text  # noqa: E402
-from sqlalchemy.engine import make_url  # noqa: E402
-
-from app.db.migrate import upgrade  # noqa: E402
-from tests.e2e.conftest import TEST_ENV, free_port, uvicorn_proc, wait_ready  # noqa: E402
-from tests.e2e.test_production_stack import make_key  # noqa: E402
-
+# A hard import, not importorskip: schemathesis is a dev dependency, and CI must fail, not skip
+# the fuzz, when it is missing.
 pytestmark = pytest.mark.e2e
 
 POSTGRES_URL = os.environ.get("PAVEDOCK_TEST_POSTGRES_URL")

@@ -173,7 +173,7 @@ def test_the_runner_never_reads_a_linear_map_linked_out_of_the_package(tmp_path:
     with pytest.raises(UnsafePackage, match="symbolic link"):
         load_runner(package)
     weights.unlink()  # and absent: the runner opens the one name, it never searches for another
-    with pytest.raises(InvalidPackage, match="linear.safetensors'.*not in the package"):
+    with pytest.raises(InvalidPackage, match=r"linear\.safetensors'.*not in the package"):
         load_runner(package)
 
 

@@ -14,7 +14,7 @@ from safetensors.torch import save_file
 
 from app.ml.bases import register_base
 from app.ml.encoders import embed_texts, load_encoder
-from app.ml.errors import InvalidPackage
+from app.ml.errors import InvalidPackage, UnsafePackage
 from app.ml.fingerprint import weights_fingerprint
 from app.ml.head import LabelNameHead
 from app.ml.packages import Manifest, build_package, extract_package, inputs_jsonl
@@ -158,6 +158,23 @@ def test_the_runner_refuses_a_map_of_another_width_or_non_finite_values(tmp_path
     broken = extract_package(_linear_package(tmp_path / "b", {"weight": weight}), tmp_path / "b" / "x")
     with pytest.raises(InvalidPackage, match="NaN or infinite"):
         load_runner(broken)
+
+
+def test_the_runner_never_reads_a_linear_map_linked_out_of_the_package(tmp_path: Path, target: str) -> None:
+    """A folder assembled by hand (not extracted) whose map is a link to a host file: refused."""
+    package = extract_package(
+        _linear_package(tmp_path / "a", {"weight": torch.eye(48)}), tmp_path / "a" / "x"
+    )
+    host = tmp_path / "host-linear.safetensors"
+    save_file({"weight": torch.eye(48) * 2}, str(host))
+    weights = package.root / "linear" / "linear.safetensors"
+    weights.unlink()
+    weights.symlink_to(host)
+    with pytest.raises(UnsafePackage, match="symbolic link"):
+        load_runner(package)
+    weights.unlink()  # and absent: the runner opens the one name, it never searches for another
+    with pytest.raises(InvalidPackage, match=r"linear\.safetensors'.*not in the package"):
+        load_runner(package)
 
 
 def test_a_linear_map_needs_a_registered_base(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import yaml
 from fastapi.testclient import TestClient
 
 from app.jobs.runner import run_stage
-from app.jobs.stages import VALIDATE_LEARNWARE
+from app.jobs.stages import FIT_LEARNWARE_SPEC, VALIDATE_LEARNWARE
 from app.learnwares import pipeline
 from app.ml.data import load_task
 from app.ml.packages import extract_package
@@ -118,6 +118,10 @@ def test_a_card_without_labelled_inputs_says_so(
         == "done"
     )
     assert "its declared inputs carry no labels" in client.get(f"/learnwares/{learnware_id}").text
+    job_id = _job_of(runtime, learnware_id)
+    assert run_stage(runtime, job_id, FIT_LEARNWARE_SPEC, pipeline.fit_spec, worker="t") == "done"
+    page = client.get(f"/learnwares/{learnware_id}").text
+    assert re.search(r"fitted by the dock, fitted on \d+ inputs in \d+\.\d s\.</p>", page), page
 
 
 def test_labels_are_names_or_ids_and_only_the_inputs_validation_ran_on_count() -> None:

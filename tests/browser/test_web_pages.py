@@ -222,6 +222,20 @@ def assert_keyboard_first_stop(driver: Any) -> None:
     )
 
 
+def press_enter_on(driver: Any, element_id: str, limit: int = 40) -> None:
+    """Tab from the focused control to ``element_id`` (it must come in the tab order) and press
+    Enter there, as someone without a mouse would."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    for _ in range(limit):
+        if driver.execute_script("return document.activeElement.id") == element_id:
+            ActionChains(driver).send_keys(Keys.ENTER).perform()
+            return
+        ActionChains(driver).send_keys(Keys.TAB).perform()
+    raise AssertionError(f"#{element_id} is not reached with Tab from where the focus was")
+
+
 def check_page(driver: Any) -> None:
     """What every page must give everyone: labelled controls, readable contrast, phone width."""
     assert_labelled(driver)
@@ -366,7 +380,7 @@ def test_user_finds_a_model_downloads_and_fine_tunes_it(
     field = driver.find_element(By.ID, "examples")
     field.clear()
     field.send_keys(text)
-    driver.find_element(By.ID, "find-button").click()
+    press_enter_on(driver, "find-button")  # from the examples, by the keyboard alone
     wait_for("the task's page", lambda: "/tasks/" in driver.current_url)
     task_id = int(driver.current_url.rstrip("/").split("/")[-1])
     first = wait_for(
@@ -418,7 +432,7 @@ def test_user_finds_a_model_downloads_and_fine_tunes_it(
     assert label_names == [
         n.strip() for n in driver.find_element(By.ID, "reuse-label_names").get_attribute("value").split(",")
     ]
-    driver.find_element(By.ID, "reuse-button").click()
+    press_enter_on(driver, "reuse-button")
     made = wait_for(
         f"the fine-tuned learnware (logs in {market.logs})",
         lambda: driver.find_element(By.ID, "made"),

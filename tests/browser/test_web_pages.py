@@ -535,3 +535,10 @@ def test_only_admins_get_the_admin_page(market: Dock, browser: Any, catalog: dic
     assert nav_links(driver)[-1] == "/admin"
     driver.find_element(By.CSS_SELECTOR, 'nav [data-nav="/admin"]').click()
     wait_for("the dashboard's sign-in form", lambda: driver.find_element(By.ID, "api-key").is_displayed())
+
+    # Sign-out ends the session: the pages send the visitor back to the sign-in form.
+    driver.get(f"{market.url}/")
+    driver.find_element(By.ID, "signout").click()
+    wait_for("the sign-in form", lambda: driver.current_url.endswith("/signin"))
+    driver.get(f"{market.url}/mine")
+    assert "/signin" in driver.current_url and not driver.find_elements(By.ID, "whoami")

@@ -442,12 +442,20 @@ def test_user_finds_a_model_downloads_and_fine_tunes_it(
     assert driver.find_element(By.CSS_SELECTOR, "[data-role=heldout]").text.endswith("%")
     check_page(driver)
     screenshot(driver, "fine-tune")
+    job_page = driver.find_element(By.CSS_SELECTOR, 'h2 a[href^="/jobs/"]').get_attribute("href")
     made.find_element(By.TAG_NAME, "a").click()
     wait_for("its page", lambda: "Fine-tuned from" in driver.find_element(By.ID, "lineage").text)
     own_id = int(driver.current_url.rstrip("/").split("/")[-1])
     own = learnware(market, own_id, market.user)
     assert own["status"] == "ready" and own["lineage"]["from"] == [catalog["sst2-lora"]]
     assert learnware(market, catalog["sst2-lora"], market.user)["ranked_first_count"] >= 1
+    # The job's own page (where a transfer goes, too): finished, nothing polling, the log kept.
+    driver.get(job_page)
+    assert driver.find_element(By.CSS_SELECTOR, ".job").get_attribute("data-state") == "succeeded"
+    assert driver.find_element(By.CSS_SELECTOR, ".job").get_attribute("hx-get") is None
+    assert "Ready" in driver.find_element(By.ID, "made").text
+    check_page(driver)
+    screenshot(driver, "job")
     driver.get(f"{market.url}/tasks/{task_id}")
     assert driver.find_element(By.CSS_SELECTOR, "#ranking li").get_attribute("data-learnware") == str(
         catalog["sst2-lora"]

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import json
+import io
 import shutil
 import tempfile
 import zipfile
@@ -13,10 +13,12 @@ from pathlib import Path
 from threading import Lock
 from typing import Any
 
+import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.db.models import ApiKey, Job, Learnware, LearnwareStatus, Role, Spec
+from app.ml.jsonl import JsonlError, parse_jsonl
 from app.runtime import Runtime
 from app.storage.store import ArtifactNotFound
 
@@ -33,6 +35,24 @@ class PackageExtras:
     sample_inputs: list[str] = field(default_factory=list)
     n_inputs: int = 0
     members: int = 0
+    input_labels: tuple[int | None, ...] = ()
+    """The class id each declared input is labelled with (None: no label), when any carries one."""
+    unknown_labels: int = 0
+    """Labels that are neither a label name nor a class id (not counted in the accuracy)."""
+
+
+@dataclass(frozen=True)
+class InputsAccuracy:
+    """How often the model's predictions at validation match the labels its inputs carry."""
+
+    n_labelled: int
+    n_correct: int
+    per_class: list[tuple[str, int, int]]
+    """(label name, inputs of that label, of them predicted right)."""
+
+    @property
+    def accuracy(self) -> float:
+        return self.n_correct / self.n_labelled
 
 
 class ExtrasCache:
@@ -41,6 +61,7 @@ class ExtrasCache:
     def __init__(self, size: int = 256):
         self.size = size
         self._items: OrderedDict[str, PackageExtras] = OrderedDict()
+        self._accuracy: OrderedDict[tuple[str, str], InputsAccuracy | None] = OrderedDict()
         self._lock = Lock()
 
     def get(self, runtime: Runtime, learnware: Learnware) -> PackageExtras:
@@ -49,15 +70,70 @@ class ExtrasCache:
             if sha in self._items:
                 self._items.move_to_end(sha)
                 return self._items[sha]
-        extras = read_extras(runtime, sha, learnware.manifest.get("inputs"))
+        extras = read_extras(
+            runtime, sha, learnware.manifest.get("inputs"), tuple(learnware.label_names or ())
+        )
         with self._lock:
             self._items[sha] = extras
             while len(self._items) > self.size:
                 self._items.popitem(last=False)
         return extras
 
+    def accuracy(
+        self, runtime: Runtime, learnware: Learnware, extras: PackageExtras
+    ) -> InputsAccuracy | None:
+        """The accuracy on the labelled declared inputs, once validation stored the predictions."""
+        if not extras.input_labels or learnware.predictions_sha256 is None:
+            return None
+        cache_key = (learnware.package_sha256, learnware.predictions_sha256)
+        with self._lock:
+            if cache_key in self._accuracy:
+                return self._accuracy[cache_key]
+        try:
+            with np.load(io.BytesIO(runtime.store.get_bytes(cache_key[1])), allow_pickle=False) as data:
+                predicted = np.asarray(data["labels"], dtype=np.int64)
+        except (OSError, ValueError, KeyError, ArtifactNotFound):  # shown as "not measured"
+            return None
+        result = inputs_accuracy(extras.input_labels, predicted, list(learnware.label_names))
+        with self._lock:
+            self._accuracy[cache_key] = result
+            while len(self._accuracy) > self.size:
+                self._accuracy.popitem(last=False)
+        return result
 
-def _from_zip(zf: zipfile.ZipFile, inputs_name: str | None) -> PackageExtras:
+
+def inputs_accuracy(
+    labels: tuple[int | None, ...], predicted: np.ndarray, label_names: list[str]
+) -> InputsAccuracy | None:
+    """Compare the labels of the inputs validation ran on (the first ``len(predicted)``) with
+    the model's predictions; None when none of those inputs carries a label."""
+    pairs = [(y, int(p)) for y, p in zip(labels[: len(predicted)], predicted, strict=False) if y is not None]
+    if not pairs:
+        return None
+    per_class = []
+    for class_id, name in enumerate(label_names):
+        of_class = [p for y, p in pairs if y == class_id]
+        if of_class:
+            per_class.append((name, len(of_class), sum(p == class_id for p in of_class)))
+    return InputsAccuracy(len(pairs), sum(y == p for y, p in pairs), per_class)
+
+
+def _class_id(label: object, label_names: tuple[str, ...]) -> int | None:
+    """A declared input's label as a class id: a label name (any case) or an id into them."""
+    if isinstance(label, bool):
+        return None
+    if isinstance(label, int):
+        return label if 0 <= label < len(label_names) else None
+    if isinstance(label, str):
+        if label in label_names:
+            return label_names.index(label)
+        folded = [n.casefold() for n in label_names]
+        if label.casefold() in folded:
+            return folded.index(label.casefold())
+    return None
+
+
+def _from_zip(zf: zipfile.ZipFile, inputs_name: str | None, label_names: tuple[str, ...]) -> PackageExtras:
     infos = {i.filename: i for i in zf.infolist()}
     readme = readme_name = None
     for name in README_NAMES:
@@ -67,30 +143,47 @@ def _from_zip(zf: zipfile.ZipFile, inputs_name: str | None) -> PackageExtras:
             readme_name = name
             break
     sample: list[str] = []
-    count = 0
+    labels: list[int | None] = []
+    unknown = 0
     if inputs_name and inputs_name in infos:
-        with zf.open(infos[inputs_name]) as stream:
-            for raw in stream:
-                if not raw.strip():
-                    continue
-                count += 1
-                if len(sample) < SAMPLE_INPUTS:
-                    try:
-                        text = str(json.loads(raw)["text"])
-                    except (ValueError, KeyError, TypeError):
-                        continue
-                    sample.append(text if len(text) <= MAX_SAMPLE_CHARS else text[:MAX_SAMPLE_CHARS] + "…")
-    return PackageExtras(readme, readme_name, sample, count, len(infos))
+        try:
+            # The reader validation used: the n-th row here is the n-th input the model ran on.
+            rows = [row for _, row in parse_jsonl(zf.read(infos[inputs_name]), inputs_name)]
+        except JsonlError:  # checked at submission; a card shows no inputs rather than fail
+            rows = []
+        for row in rows:
+            row = row if isinstance(row, dict) else {}
+            if len(sample) < SAMPLE_INPUTS and isinstance(row.get("text"), str):
+                text = row["text"]
+                sample.append(text if len(text) <= MAX_SAMPLE_CHARS else text[:MAX_SAMPLE_CHARS] + "…")
+            label = row.get("label")
+            class_id = None if label is None else _class_id(label, label_names)
+            unknown += label is not None and class_id is None
+            labels.append(class_id)
+    else:
+        rows = []
+    has_labels = any(y is not None for y in labels)
+    return PackageExtras(
+        readme,
+        readme_name,
+        sample,
+        len(rows),
+        len(infos),
+        input_labels=tuple(labels) if has_labels else (),
+        unknown_labels=unknown,
+    )
 
 
-def read_extras(runtime: Runtime, sha256: str, inputs_name: str | None) -> PackageExtras:
-    """README and first inputs of a stored package (checked at submission; only these members
-    are read, each bounded)."""
+def read_extras(
+    runtime: Runtime, sha256: str, inputs_name: str | None, label_names: tuple[str, ...] = ()
+) -> PackageExtras:
+    """README and declared inputs (first texts, labels) of a stored package (checked at
+    submission; only these members are read, each bounded)."""
     scratch = Path(tempfile.mkdtemp(prefix="card-", dir=runtime.settings.scratch_dir))
     try:
         path = runtime.store.fetch(sha256, scratch / "package.zip")
         with zipfile.ZipFile(path) as zf:
-            return _from_zip(zf, inputs_name)
+            return _from_zip(zf, inputs_name, label_names)
     except (OSError, zipfile.BadZipFile, KeyError, ArtifactNotFound):  # shown as an empty card part
         return PackageExtras()
     finally:

@@ -195,6 +195,7 @@ def _learnware_context(
         "is_owner": learnware.owner_id == key.id,
         "can_delete": learnware.owner_id == key.id or key.role == Role.admin,
         "extras": extras,
+        "inputs_accuracy": _extras.accuracy(runtime, learnware, extras),
         "readme_html": render_markdown(extras.readme) if extras.readme else None,
         "spec": spec_facts(db, learnware),
         "lineage": lineage_links(db, key, learnware),

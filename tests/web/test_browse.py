@@ -196,3 +196,36 @@ def test_the_api_lists_with_the_same_search(client: TestClient, keys: Keys, mark
     assert (item["download_count"], item["ranked_first_count"], item["lineage"]) == (1, 7, None)
     bad = client.get("/v1/learnwares", params={"sort": "best"}, headers=keys.auth("user"))
     assert bad.status_code == 422 and "sort" in bad.json()["error"]["message"]
+
+
+def test_the_spec_space_filter(
+    client: TestClient, keys: Keys, runtime: Runtime, market: dict[str, int]
+) -> None:
+    from app.db.models import SpecSpaceRecord
+
+    with runtime.db.session() as session:
+        session.add(SpecSpaceRecord(id="pave-other-base", dim=8, config={}, description={}))
+    other = add(runtime, "pave-other-base", "developer", "On another base")
+    sign_in(client, keys.user)
+    page = client.get("/").text
+    assert '<option value="pave-other-base">' in page  # offered among the spaces in use
+    assert ids(client.get("/", params={"space_id": "pave-other-base"}).text) == [other]
+    default = set(ids(client.get("/", params={"space_id": runtime.default_space_id}).text))
+    assert default == {market["sentiment"], market["spam"], market["topics"]}
+
+
+def test_a_card_says_what_it_does_its_labels_format_size_and_status(
+    client: TestClient, keys: Keys, market: dict[str, int]
+) -> None:
+    sign_in(client, keys.user)
+    page = client.get("/", params={"q": "Movie"}).text
+    card = page.split(f'<article class="card" data-learnware="{market["sentiment"]}">')[1].split(
+        "</article>"
+    )[0]
+    assert f'href="/learnwares/{market["sentiment"]}">Movie sentiment</a>' in card
+    assert "Reviews, good or bad." in card
+    assert "<li>negative</li><li>positive</li>" in card
+    assert "<dd>onnx</dd>" in card and "<dd>1000 B</dd>" in card
+    assert 'class="badge status-ready">ready</span>' in card
+    assert "<dt>Downloads</dt><dd>5</dd>" in card and "<dt>Ranked #1</dt><dd>1</dd>" in card
+    assert "#reviews" in card

@@ -161,6 +161,7 @@ def test_a_ranked_task_shows_what_the_api_says_and_starts_a_fine_tune(
     page = client.get(f"/tasks/{task_id}")
     assert f'data-learnware="{adapter}" data-rank="1"' in page.text
     assert "0.910" in page.text and "75%" in page.text and "your label set" in page.text
+    assert f'href="/learnwares/{adapter}#transfer" data-action="transfer"' in page.text  # move it
     assert (
         "2 of your 2 labels" in page.text
         and 'id="reuse" ' in page.text

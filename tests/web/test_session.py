@@ -118,3 +118,36 @@ def test_navigation_by_role_and_the_admin_page(client: TestClient, keys: Keys) -
     sign_in(client, keys.admin)
     assert 'data-nav="/admin"' in client.get("/").text
     assert client.get("/admin").status_code == 200
+
+
+def _web_routes() -> list[tuple[str, set[str], object]]:
+    """(path, methods, route) of every page route (routers nest: walk them all)."""
+    from fastapi.routing import APIRoute
+
+    from app.web import developer, find, pages
+
+    return [
+        (route.path, set(route.methods), route)
+        for part in (pages.router, find.router, developer.router)
+        for route in part.routes
+        if isinstance(route, APIRoute)
+    ]
+
+
+def test_every_form_the_pages_accept_checks_the_csrf_token(client: TestClient, keys: Keys) -> None:
+    from fastapi.routing import APIRoute
+
+    from app.web.session import csrf_checked
+
+    posts = [(path, route) for path, methods, route in _web_routes() if methods - {"GET", "HEAD"}]
+    assert len(posts) >= 8  # sign-in, sign-out, find, find by spec, reuse, submit, transfer, delete
+    for path, route in posts:
+        assert isinstance(route, APIRoute)
+        calls = [d.call for d in route.dependant.dependencies]
+        assert csrf_checked in calls, f"POST {path} has no CSRF check"
+    # And in fact: an admin (who may do everything) is refused each one without the token.
+    sign_in(client, keys.admin)
+    for path, _route in posts:
+        url = path.replace("{learnware_id}", "1").replace("{task_id}", "1")
+        response = client.post(url, data={"csrf_token": "forged"}, follow_redirects=False)
+        assert response.status_code == 403 and "security token" in response.text, url

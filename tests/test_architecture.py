@@ -249,3 +249,45 @@ def test_arrows_run_down_the_layers_but_the_named_ones(
     assert {arrow: why for arrow, why in upward.items() if arrow not in UPWARD_ARROWS} == {}
     # The named arrows still exist (the list stays true as the code changes).
     assert set(UPWARD_ARROWS) <= set(upward)
+
+
+def defined_names(path: Path) -> set[str]:
+    """The names a module defines at its top level (classes, functions, assignments, also under
+    ``if``/``try``) and those its ``__all__`` lists (a package's deliberate re-exports)."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        for inner in ast.walk(node) if isinstance(node, ast.If | ast.Try) else (node,):
+            if isinstance(inner, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                names.add(inner.name)
+            elif isinstance(inner, ast.AnnAssign) and isinstance(inner.target, ast.Name):
+                names.add(inner.target.id)
+            elif isinstance(inner, ast.Assign):
+                for target in inner.targets:
+                    if isinstance(target, ast.Name):
+                        names.add(target.id)
+                        if target.id == "__all__" and isinstance(inner.value, ast.List | ast.Tuple):
+                            names |= {e.value for e in inner.value.elts if isinstance(e, ast.Constant)}
+    return names
+
+
+def test_names_are_imported_from_their_home() -> None:
+    """A name comes from the module that defines it (or lists it in ``__all__``), not through
+    another module that happens to import it: ``Forbidden`` from ``app.errors``, not from
+    ``app.api.errors``; ``Progress`` from ``app.ml.progress``."""
+    known = modules()
+    defined = {module: defined_names(path) for module, path in known.items()}
+    borrowed = sorted(
+        f"{module} imports {name} from {base}"
+        for module, path in known.items()
+        for base, name in _imported_names(module, path)
+        if name and base in known and f"{base}.{name}" not in known and name not in defined[base]
+    )
+    assert borrowed == []
+
+
+def test_a_borrowed_name_is_found(tmp_path: Path) -> None:
+    home = tmp_path / "home.py"
+    home.write_text(
+        "from elsewhere import Thing\n__all__ = ['Listed']\nfrom x import Listed\nclass Own: ...\n"
+    )
+    assert defined_names(home) == {"__all__", "Listed", "Own"}

@@ -43,9 +43,10 @@ from app.ml.encoders import Encoder, TokenBatch, load_encoder, mean_pool, token_
 from app.ml.errors import InvalidInput
 from app.ml.finetune import LoraClassifier
 from app.ml.head import LabelNameHead
-from app.ml.merging.driver import Progress, dense_update, merge_lora
+from app.ml.merging.driver import dense_update, merge_lora
 from app.ml.merging.measure import measure_in_fresh_process
 from app.ml.merging.registry import METHODS, get_method, merge_delta
+from app.ml.progress import Progress
 
 T = TypeVar("T")
 

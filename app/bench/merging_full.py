@@ -58,8 +58,8 @@ from app.bench.pact_sweep import SWEEP_METHODS, pact_sweep_markdown
 from app.ml.encoders import load_encoder
 from app.ml.errors import InvalidInput
 from app.ml.full_finetune import fit_full
-from app.ml.merging.driver import Progress
 from app.ml.merging.registry import METHODS, get_method, merge_delta
+from app.ml.progress import Progress
 
 BLOCK_MATRICES = r"encoder\.layer\."
 """PACT's layers on full fine-tunes: the 2-D weights of the transformer blocks (not the embeddings)."""

@@ -36,7 +36,7 @@ from app.bench.merging import (
     size_means,
 )
 from app.ml.encoders import load_encoder
-from app.ml.merging.driver import Progress
+from app.ml.progress import Progress
 
 SWEEP_METHODS = ("iso_c", "tsv_m")
 

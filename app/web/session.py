@@ -30,9 +30,9 @@ from fastapi import Depends, Request
 from starlette.responses import Response
 
 from app.api.deps import SessionDep
-from app.api.errors import Forbidden
 from app.db.base import utcnow
 from app.db.models import ApiKey, Role
+from app.errors import Forbidden
 from app.runtime import Runtime
 from app.web.settings import WebSettings
 

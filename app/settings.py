@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 if TYPE_CHECKING:
@@ -133,10 +133,18 @@ class Settings(BaseSettings):
 
     worker_concurrency: int = 1
     worker_queues: str = "gpu,cpu"
+    torch_threads: int | None = Field(default=None, ge=1)
+    """Torch threads per process on a CPU-only host; unset: every core. Several torch processes
+    sharing the cores (API, workers, tests) run many times faster with 1 each."""
 
     host: str = "127.0.0.1"
     port: int = 8000
     cors_origins: list[str] = Field(default_factory=list)
+
+    @field_validator("torch_threads", mode="before")
+    @classmethod
+    def _unset_when_empty(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
 
     @model_validator(mode="after")
     def _refuse_default_secrets(self) -> Settings:

@@ -32,6 +32,18 @@ def pytest_configure(config: pytest.Config) -> None:
     use_torch_threads(Settings().torch_threads)
 
 
+@pytest.fixture
+def single_thread() -> Iterator[None]:
+    """Torch on one thread for a test of tiny matrices: more threads only add fork-join overhead
+    and contention on a shared host."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def datasets_dir() -> Path:
     """The shared real datasets (PAVEDOCK_DATASETS_DIR or ../shared/datasets)."""

@@ -628,19 +628,25 @@ def _run_cache_file(
     return cache / f"{key}-{'-'.join(group)}-{digest}.json"
 
 
-def _merge_and_evaluate(
+# One (group, variant)'s dev score as a function of its scale (see `_tune_on_dev`).
+DevScore = Callable[[float], tuple[float, dict[str, Tensor]]]
+# Prepares a (group, method, pact) for tuning: its dev score, and facts its run records.
+Scorer = Callable[[Sequence[str], str, bool], tuple[DevScore, dict[str, object]]]
+
+
+def evaluate_variants(
     evaluator: _Evaluator,
     tasks: Mapping[str, _Task],
     per_task: Mapping[str, Mapping[str, float]],
-    learnwares: Mapping[str, dict[str, LoraDelta]],
     groups: Mapping[int, list[tuple[str, ...]]],
     spec: MergeBenchProfile,
     steps: _Steps,
+    scorer: Scorer,
     cache: Path | None = None,
     only: Sequence[tuple[str, str, bool]] | None = None,
 ) -> list[dict[str, object]]:
     """Every variant (or those in `only`) on every group: λ/α chosen on dev, then test accuracy
-    at that choice.
+    at that choice; `scorer` says how a group is merged (LoRA factors, full task vectors).
 
     With ``cache``, each finished (group, variant) run is kept, so an interrupted benchmark
     resumes where it stopped (runs are deterministic given the profile).
@@ -648,14 +654,13 @@ def _merge_and_evaluate(
     runs: list[dict[str, object]] = []
     for size, group_list in groups.items():
         for group in group_list:
-            members = [learnwares[name] for name in group]
             for key, method, pact in variants() if only is None else only:
                 kept = _run_cache_file(cache, spec, group, key, method)
                 if kept is not None and kept.is_file():
                     runs.append(json.loads(kept.read_text()))
                     steps.step(f"{key} ×{size} (cached)", len(spec.grids[method]) + 1)
                     continue
-                score = partial(_dev_score, evaluator, tasks, per_task, spec, members, group, method, pact)
+                score, facts = scorer(group, method, pact)
                 best_scale, curve, best_updates = _tune_on_dev(
                     score,
                     spec.grids[method],
@@ -664,6 +669,7 @@ def _merge_and_evaluate(
                     f"{key} ×{size} {scale_param(method)}",
                     _scale_bounds(method),
                 )
+                del score  # it may hold the group's whole merge (full fine-tunes)
                 evaluator.set_updates(best_updates)
                 test = {name: evaluator.accuracy(tasks[name], "test") for name in group}
                 runs.append(
@@ -678,6 +684,7 @@ def _merge_and_evaluate(
                         "normalized_accuracy": {
                             name: test[name] / per_task[name]["own_test"] for name in group
                         },
+                        **facts,
                     }
                 )
                 if kept is not None:
@@ -688,6 +695,26 @@ def _merge_and_evaluate(
                 steps.step(f"{key} ×{size} test")
     evaluator.set_updates({})
     return runs
+
+
+def _merge_and_evaluate(
+    evaluator: _Evaluator,
+    tasks: Mapping[str, _Task],
+    per_task: Mapping[str, Mapping[str, float]],
+    learnwares: Mapping[str, dict[str, LoraDelta]],
+    groups: Mapping[int, list[tuple[str, ...]]],
+    spec: MergeBenchProfile,
+    steps: _Steps,
+    cache: Path | None = None,
+    only: Sequence[tuple[str, str, bool]] | None = None,
+) -> list[dict[str, object]]:
+    """`evaluate_variants` on LoRA learnwares, merged in factor space at every scale tried."""
+
+    def scorer(group: Sequence[str], method: str, pact: bool) -> tuple[DevScore, dict[str, object]]:
+        members = [learnwares[name] for name in group]
+        return partial(_dev_score, evaluator, tasks, per_task, spec, members, group, method, pact), {}
+
+    return evaluate_variants(evaluator, tasks, per_task, groups, spec, steps, scorer, cache, only)
 
 
 def _time_lowrank_against_dense(

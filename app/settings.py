@@ -7,7 +7,6 @@ Production is configured by environment variables with the ``PAVEDOCK_`` prefix,
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -272,14 +271,6 @@ class Settings(BaseSettings):
         if not self.broker_url:
             for sub in ("queue", "processed", "control"):
                 (self.broker_dir / sub).mkdir(parents=True, exist_ok=True)
-
-    def public_summary(self) -> dict[str, Any]:
-        """What an operator may see (no secrets)."""
-        return json.loads(
-            self.model_dump_json(
-                include={"environment", "storage_backend", "review_required", "recompute_uploaded_specs"}
-            )
-        )
 
 
 @lru_cache(maxsize=1)

@@ -37,6 +37,7 @@ from safetensors.torch import save_file
 from torch import Tensor
 from tqdm import tqdm
 
+from app.bench.report import md_table
 from app.ml.adapters import LoraDelta, read_lora_adapter
 from app.ml.data import TextTask, load_task
 from app.ml.encoders import Encoder, TokenBatch, load_encoder, mean_pool, token_batches
@@ -897,19 +898,6 @@ def _summarise(
     }
 
 
-def _cell(value: object) -> str:
-    if isinstance(value, float):
-        return f"{value:.3f}"
-    return str(value)
-
-
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A GitHub-flavoured Markdown table; floats with three decimals."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(_cell(value) for value in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def _chosen_text(chosen: Mapping[str, Sequence[Mapping[str, object]]], sizes: Sequence[str]) -> str:
     """The chosen scales per group size, e.g. `0.7 / 0.7 / 1.4` (groups of one size joined by commas)."""
     if not chosen:
@@ -971,7 +959,7 @@ def merge_markdown(result: Mapping[str, object]) -> str:
         "\n\n".join(
             [
                 f"# Merging benchmark ({result['profile']}, {result['date']})",
-                markdown_table(header, rows),
+                md_table(header, rows),
                 f"Normalised accuracy: merged ÷ the task's own learnware on its test split, averaged over a group's "
                 f"tasks and the groups of a size. Streaming merge: the largest group's learnwares merged into "
                 f"full safetensors checkpoints and merged again by the streaming driver, λ/α as chosen for that "
@@ -979,11 +967,11 @@ def merge_markdown(result: Mapping[str, object]) -> str:
                 f"base's {base_bytes / 2**20:.1f} MiB of weights. Low-rank speed-up: dense path ÷ factor path, "
                 f"same merge, largest group.",
                 f"## Streaming merge of {full.get('models', '?')} full fine-tunes (every tensor moved)",
-                markdown_table(["method", "merge s", "peak mem ÷ base"], full_rows)
+                md_table(["method", "merge s", "peak mem ÷ base"], full_rows)
                 if full_rows
                 else "Not measured.",
                 "## Learnwares",
-                markdown_table(
+                md_table(
                     ["task", "own test acc", "zero-shot test acc", "own dev acc", "test examples"], task_rows
                 ),
             ]

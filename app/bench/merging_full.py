@@ -48,12 +48,12 @@ from app.bench.merging import (
     _Steps,
     _Task,
     evaluate_variants,
-    markdown_table,
     scale_param,
     size_means,
     variants,
 )
 from app.bench.pact_sweep import SWEEP_METHODS, sweep, sweep_report
+from app.bench.report import md_table
 from app.ml.encoders import load_encoder
 from app.ml.errors import InvalidInput
 from app.ml.full_finetune import fit_full
@@ -556,14 +556,14 @@ def full_merge_markdown(result: Mapping[str, object]) -> str:
         "\n\n".join(
             [
                 f"# Merging benchmark, full fine-tunes ({result['profile']}, {result['date']})",
-                markdown_table(header, rows),
+                md_table(header, rows),
                 "Normalised accuracy: merged ÷ the task's own full fine-tune on its test split, averaged over "
                 "a group's tasks and the groups of a size; per group: each group's value (sizes separated by "
                 "/). Merge s: seconds of one merge (at scale 1) of the largest group.",
                 "## PACT − the same method without PACT (mean over group sizes, normalised)",
-                markdown_table(["method", "gain"], gain_rows),
+                md_table(["method", "gain"], gain_rows),
                 "## Learnwares (full fine-tunes)",
-                markdown_table(
+                md_table(
                     ["task", "own test acc", "zero-shot test acc", "own dev acc", "test examples", "train s"],
                     task_rows,
                 ),

@@ -13,7 +13,7 @@ from app.db.session import Database
 from app.index.engine import VectorEngine, make_engine
 from app.jobs.dispatch import DISPATCHER, CeleryDispatcher
 from app.ml.bases import use_data_dir
-from app.ml.encoders import use_torch_threads
+from app.ml.threads import use_torch_threads
 from app.settings import Settings
 from app.spec_spaces.service import default_space_id
 from app.storage.store import ArtifactStore, make_store

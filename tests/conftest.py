@@ -26,7 +26,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 def pytest_configure(config: pytest.Config) -> None:
     """Torch threads as the settings say (``PAVEDOCK_TORCH_THREADS=1`` on a shared host): the ML
     tests load models without a runtime or the CLI, which hand them over elsewhere."""
-    from app.ml.encoders import use_torch_threads
+    from app.ml.threads import use_torch_threads
     from app.settings import Settings
 
     use_torch_threads(Settings().torch_threads)

@@ -61,14 +61,14 @@ def test_torch_threads_reach_the_ml_core_through_the_runtime(
     """The ML core reads no environment: the runtime hands it the settings' torch threads."""
     import torch
 
-    from app.ml import encoders
+    from app.ml import encoders, threads
     from app.runtime import Runtime
 
     if torch.cuda.is_available():
         pytest.skip("torch threads are left alone on a GPU host")
-    monkeypatch.setattr(encoders, "_torch_threads", None)
+    monkeypatch.setattr(threads, "_threads", None)
     monkeypatch.setenv("PAVEDOCK_TORCH_THREADS", "3")  # read by Settings only, not by the core
-    threads = torch.get_num_threads()
+    before = torch.get_num_threads()
     try:
         encoders.configure_threads()
         assert torch.get_num_threads() == (os.cpu_count() or 1)
@@ -77,7 +77,7 @@ def test_torch_threads_reach_the_ml_core_through_the_runtime(
         encoders.configure_threads()
         assert torch.get_num_threads() == 1
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(before)
 
 
 def test_torch_threads_unset_when_empty(monkeypatch: pytest.MonkeyPatch) -> None:

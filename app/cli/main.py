@@ -26,7 +26,7 @@ def main() -> None:
     hf_logging.disable_progress_bar()  # the dock draws its own progress bars
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
     from app.ml.bases import use_data_dir
-    from app.ml.encoders import use_torch_threads
+    from app.ml.threads import use_torch_threads
     from app.settings import get_settings
 
     use_data_dir(get_settings().data_dir)  # where `bases install` puts bases and commands find them

@@ -20,6 +20,7 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel, 
 
 from app.ml.bases import resolve_base
 from app.ml.errors import InvalidInput, UnknownBase
+from app.ml.threads import torch_threads
 
 log = logging.getLogger(__name__)
 
@@ -53,28 +54,15 @@ def _weights_sha256_cached(path: str, _key: tuple[tuple[str, int, int], ...]) ->
     return digest.hexdigest()
 
 
-# Torch threads on a CPU-only host, as the process's settings say (``PAVEDOCK_TORCH_THREADS``,
-# handed over by ``use_torch_threads``: the runtime and the CLI pass their settings'); None:
-# every core.
-_torch_threads: int | None = None
-
-
-def use_torch_threads(threads: int | None) -> None:
-    """Let torch use ``threads`` threads on a CPU-only host (None: every core), from the next
-    model this process loads."""
-    global _torch_threads
-    _torch_threads = threads
-
-
 def configure_threads() -> None:
-    """Torch threads on a CPU-only host: those given to ``use_torch_threads``, else every core.
+    """Torch threads on a CPU-only host: those given to ``threads.use_torch_threads``, else every core.
 
     Several torch processes sharing the cores (API, workers, tests) each spinning every core
     run many times slower than with one thread each: set PAVEDOCK_TORCH_THREADS=1 for them.
     """
     if torch.cuda.is_available():
         return
-    torch.set_num_threads(_torch_threads or os.cpu_count() or 1)
+    torch.set_num_threads(torch_threads() or os.cpu_count() or 1)
 
 
 def default_device() -> torch.device:

@@ -13,6 +13,7 @@ from app.db.session import Database
 from app.index.engine import VectorEngine, make_engine
 from app.jobs.dispatch import DISPATCHER, CeleryDispatcher
 from app.ml.bases import use_data_dir
+from app.ml.threads import use_torch_threads
 from app.settings import Settings
 from app.spec_spaces.service import default_space_id
 from app.storage.store import ArtifactStore, make_store
@@ -35,6 +36,7 @@ class Runtime:
 
         settings.ensure_dirs()
         use_data_dir(settings.data_dir)  # installed bases (all-mpnet-base-v2) live under it
+        use_torch_threads(settings.torch_threads)
         celery = celery_app if celery_app is not None else make_celery(settings)
         db = Database(settings.resolved_database_url, info={DISPATCHER: CeleryDispatcher(celery)})
         return cls(

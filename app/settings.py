@@ -7,12 +7,12 @@ Production is configured by environment variables with the ``PAVEDOCK_`` prefix,
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 if TYPE_CHECKING:
@@ -133,10 +133,64 @@ class Settings(BaseSettings):
 
     worker_concurrency: int = 1
     worker_queues: str = "gpu,cpu"
+    torch_threads: int | None = Field(default=None, ge=1)
+    """Torch threads per process on a CPU-only host; unset: every core. Several torch processes
+    sharing the cores (API, workers, tests) run many times faster with 1 each."""
 
     host: str = "127.0.0.1"
     port: int = 8000
     cors_origins: list[str] = Field(default_factory=list)
+
+    # The admin dashboard and Flower.
+    flower_url: str = "http://127.0.0.1:5555"
+    """Flower as an admin's browser reaches it (linked from ``/admin``); empty hides the link."""
+    flower_port: int | None = Field(default=None, ge=1, le=65535)
+    """Flower's port, replacing the one in ``flower_url`` (``PAVEDOCK_FLOWER_PORT=5556``)."""
+    serve_flower: bool = True
+    """``pavedock serve`` starts Flower on ``flower_url``'s host and port (a local URL only)."""
+    admin_sample_interval_s: float = Field(default=10.0, gt=0)
+    """How often request counts and latencies are sampled for the dashboard's charts."""
+    admin_history_samples: int = Field(default=360, ge=2)
+    """Samples kept in memory per API process (360 × 10 s = one hour)."""
+    worker_inspect_timeout_s: float = Field(default=3.0, gt=0)
+    """How long a remote-control broadcast waits for workers to answer (the embedded broker
+    polls its folders, so its workers answer in one to two seconds)."""
+    worker_inspect_interval_s: float = Field(default=10.0, gt=0)
+    """Workers are asked what they run at most this often, and only while someone looks."""
+
+    # The web pages' sessions.
+    web_session_secret: SecretStr | None = None
+    """Signs session cookies and CSRF tokens. Unset: a random secret is made once and kept in
+    ``<data_dir>/web-session.key`` (enough for API processes that share a data folder; set it
+    when API processes run on several machines)."""
+    web_session_hours: float = Field(default=12.0, gt=0, le=24 * 30)
+    """A sign-in lasts this long (the key's own expiry and revocation end it sooner)."""
+    web_cookie_secure: bool | None = None
+    """Send the session cookie over HTTPS only; unset: on in production, off otherwise."""
+    web_page_size: int = Field(default=12, ge=1, le=100)
+    """Learnware cards per page."""
+
+    @field_validator("torch_threads", mode="before")
+    @classmethod
+    def _unset_when_empty(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("flower_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        value = value.strip()
+        if value and urlsplit(value).scheme not in ("http", "https"):
+            raise ValueError(f"PAVEDOCK_FLOWER_URL must be an http(s) URL, not {value!r}")
+        return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _flower_port(self) -> Settings:
+        if self.flower_port is not None and self.flower_url:
+            url = urlsplit(self.flower_url)
+            host = url.hostname or "127.0.0.1"
+            host = f"[{host}]" if ":" in host else host
+            self.flower_url = urlunsplit(url._replace(netloc=f"{host}:{self.flower_port}")).rstrip("/")
+        return self
 
     @model_validator(mode="after")
     def _refuse_default_secrets(self) -> Settings:
@@ -217,14 +271,6 @@ class Settings(BaseSettings):
         if not self.broker_url:
             for sub in ("queue", "processed", "control"):
                 (self.broker_dir / sub).mkdir(parents=True, exist_ok=True)
-
-    def public_summary(self) -> dict[str, Any]:
-        """What an operator may see (no secrets)."""
-        return json.loads(
-            self.model_dump_json(
-                include={"environment", "storage_backend", "review_required", "recompute_uploaded_specs"}
-            )
-        )
 
 
 @lru_cache(maxsize=1)

@@ -2,7 +2,8 @@
 (``tests/fixtures/redis_server.py``), here; the service's (a migrated database, a runtime, the
 app, keys) in ``tests/fixtures/service.py``; tiny bases in ``tests/fixtures/tiny_bases.py``.
 
-Only fixtures live here (nothing autouse), so the ML tests are not affected.
+Only fixtures live here (nothing autouse), so the ML tests are not affected; and one hook that
+hands the settings' torch threads to the ML core.
 """
 
 from __future__ import annotations
@@ -20,6 +21,27 @@ pytest_plugins = ["tests.fixtures.service", "tests.fixtures.tiny_bases"]
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Torch threads as the settings say (``PAVEDOCK_TORCH_THREADS=1`` on a shared host): the ML
+    tests load models without a runtime or the CLI, which hand them over elsewhere."""
+    from app.ml.threads import use_torch_threads
+    from app.settings import Settings
+
+    use_torch_threads(Settings().torch_threads)
+
+
+@pytest.fixture
+def single_thread() -> Iterator[None]:
+    """Torch on one thread for a test of tiny matrices: more threads only add fork-join overhead
+    and contention on a shared host."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

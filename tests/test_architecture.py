@@ -249,3 +249,102 @@ def test_arrows_run_down_the_layers_but_the_named_ones(
     assert {arrow: why for arrow, why in upward.items() if arrow not in UPWARD_ARROWS} == {}
     # The named arrows still exist (the list stays true as the code changes).
     assert set(UPWARD_ARROWS) <= set(upward)
+
+
+def defined_names(path: Path) -> set[str]:
+    """The names a module defines at its top level (classes, functions, assignments, also under
+    ``if``/``try``) and those its ``__all__`` lists (a package's deliberate re-exports)."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        for inner in ast.walk(node) if isinstance(node, ast.If | ast.Try) else (node,):
+            if isinstance(inner, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                names.add(inner.name)
+            elif isinstance(inner, ast.AnnAssign) and isinstance(inner.target, ast.Name):
+                names.add(inner.target.id)
+            elif isinstance(inner, ast.Assign):
+                for target in inner.targets:
+                    if isinstance(target, ast.Name):
+                        names.add(target.id)
+                        if target.id == "__all__" and isinstance(inner.value, ast.List | ast.Tuple):
+                            names |= {e.value for e in inner.value.elts if isinstance(e, ast.Constant)}
+    return names
+
+
+def test_names_are_imported_from_their_home() -> None:
+    """A name comes from the module that defines it (or lists it in ``__all__``), not through
+    another module that happens to import it: ``Forbidden`` from ``app.errors``, not from
+    ``app.api.errors``; ``Progress`` from ``app.ml.progress``."""
+    known = modules()
+    defined = {module: defined_names(path) for module, path in known.items()}
+    borrowed = sorted(
+        f"{module} imports {name} from {base}"
+        for module, path in known.items()
+        for base, name in _imported_names(module, path)
+        if name and base in known and f"{base}.{name}" not in known and name not in defined[base]
+    )
+    assert borrowed == []
+
+
+def test_a_borrowed_name_is_found(tmp_path: Path) -> None:
+    home = tmp_path / "home.py"
+    home.write_text(
+        "from elsewhere import Thing\n__all__ = ['Listed']\nfrom x import Listed\nclass Own: ...\n"
+    )
+    assert defined_names(home) == {"__all__", "Listed", "Own"}
+
+
+# PAVEDOCK_URL is the client's: read before (and whatever) the service's settings, so a bad
+# server setting in the same environment does not stop a client command.
+ENVIRONMENT_READS = {("app.cli.where", "PAVEDOCK_URL")}
+
+
+def environment_reads(path: Path) -> Iterator[str]:
+    """The ``PAVEDOCK_*`` variables a module reads with ``os.environ`` / ``os.getenv``."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        key: ast.expr | None = None
+        if isinstance(node, ast.Call) and node.args:
+            func = node.func
+            if (isinstance(func, ast.Attribute) and func.attr == "getenv") or (
+                isinstance(func, ast.Attribute)
+                and func.attr == "get"
+                and isinstance(func.value, ast.Attribute)
+                and func.value.attr == "environ"
+            ):
+                key = node.args[0]
+        elif (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.ctx, ast.Load)
+            and isinstance(node.value, ast.Attribute)
+            and node.value.attr == "environ"
+        ):
+            key = node.slice
+        if isinstance(key, ast.Constant) and str(key.value).startswith("PAVEDOCK_"):
+            yield str(key.value)
+
+
+def test_settings_are_read_only_through_settings() -> None:
+    """One ``Settings`` (app/settings.py) reads the ``PAVEDOCK_*`` environment: no second settings
+    class, no ``os.environ`` read of a dock variable elsewhere (the ML core is handed what it needs)."""
+    settings_classes = []
+    reads = set()
+    for module, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and any(
+                (isinstance(b, ast.Name) and b.id == "BaseSettings")
+                or (isinstance(b, ast.Attribute) and b.attr == "BaseSettings")
+                for b in node.bases
+            ):
+                settings_classes.append(f"{module}.{node.name}")
+        reads |= {(module, name) for name in environment_reads(path)}
+    assert settings_classes == ["app.settings.Settings"]
+    assert reads - ENVIRONMENT_READS == set()
+    assert reads >= ENVIRONMENT_READS  # the exception is still needed
+
+
+def test_environment_reads_are_found(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text(
+        "import os\nos.environ.get('PAVEDOCK_A')\nos.getenv('PAVEDOCK_B', '')\nos.environ['PAVEDOCK_C']\n"
+        "os.environ['PAVEDOCK_D'] = '1'\nos.environ.get('HOME')\n"
+    )
+    assert sorted(environment_reads(source)) == ["PAVEDOCK_A", "PAVEDOCK_B", "PAVEDOCK_C"]

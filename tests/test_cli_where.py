@@ -14,9 +14,9 @@ import pytest
 import typer
 
 from app.admin.flower import flower_command
-from app.admin.settings import AdminSettings
 from app.cli.main import app
 from app.cli.where import default_dock_url, record_serve_url, running_serve_url, serve_url
+from app.settings import Settings
 
 
 def client_commands() -> dict[str, Any]:
@@ -107,10 +107,10 @@ def test_the_cli_help_shows_the_default_it_will_use(clean_env: Path) -> None:
 
 def test_flowers_port_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PAVEDOCK_FLOWER_PORT", "5601")
-    settings = AdminSettings()
+    settings = Settings()
     assert settings.flower_url == "http://127.0.0.1:5601"  # the /admin link follows it
     command = flower_command(settings)
     assert command is not None and "--port=5601" in command
-    assert AdminSettings(flower_url="http://localhost:5555/flower", flower_port=5602).flower_url == (
+    assert Settings(flower_url="http://localhost:5555/flower", flower_port=5602).flower_url == (
         "http://localhost:5602/flower"
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -52,3 +53,38 @@ def test_placeholder_secrets_are_refused_outside_development(overrides: dict[str
     with pytest.raises(ValidationError, match="placeholder"):
         Settings(_env_file=None, environment="production", **overrides)  # type: ignore[call-arg]
     Settings(_env_file=None, environment="development", **overrides)  # type: ignore[call-arg]
+
+
+def test_torch_threads_reach_the_ml_core_through_the_runtime(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ML core reads no environment: the runtime hands it the settings' torch threads."""
+    import torch
+
+    from app.ml import encoders, threads
+    from app.runtime import Runtime
+
+    if torch.cuda.is_available():
+        pytest.skip("torch threads are left alone on a GPU host")
+    monkeypatch.setattr(threads, "_threads", None)
+    monkeypatch.setenv("PAVEDOCK_TORCH_THREADS", "3")  # read by Settings only, not by the core
+    before = torch.get_num_threads()
+    try:
+        encoders.configure_threads()
+        assert torch.get_num_threads() == (os.cpu_count() or 1)
+        runtime = Runtime.create(settings.model_copy(update={"torch_threads": 1}), persist_index=False)
+        runtime.close()
+        encoders.configure_threads()
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_torch_threads_unset_when_empty(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PAVEDOCK_TORCH_THREADS", "")
+    assert Settings(_env_file=None).torch_threads is None  # type: ignore[call-arg]
+    monkeypatch.setenv("PAVEDOCK_TORCH_THREADS", "2")
+    assert Settings(_env_file=None).torch_threads == 2  # type: ignore[call-arg]
+    monkeypatch.setenv("PAVEDOCK_TORCH_THREADS", "0")
+    with pytest.raises(ValidationError, match="torch_threads"):
+        Settings(_env_file=None)  # type: ignore[call-arg]

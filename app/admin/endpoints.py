@@ -20,7 +20,6 @@ from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBea
 from app.admin import service
 from app.admin.monitor import AdminMonitor, RequestHistory, WorkerInspector
 from app.admin.schemas import Charts, Overview
-from app.admin.settings import AdminSettings
 from app.api.deps import RuntimeDep, SessionDep
 from app.api.responses import errors
 from app.auth.dependencies import AdminKey
@@ -28,6 +27,7 @@ from app.auth.service import authenticate, require_role
 from app.db.models import Role
 from app.errors import NotFound
 from app.runtime import Runtime
+from app.settings import Settings
 from app.web.render import refuse_signed_in_non_admin
 from app.web.session import cookie_key
 
@@ -47,15 +47,15 @@ _PAGE_HEADERS = {
 
 @dataclass
 class AdminState:
-    settings: AdminSettings
+    settings: Settings
     monitor: AdminMonitor
 
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """Start the request sampler and the worker inspector with the app; stop them with it."""
-    settings = AdminSettings()
     runtime: Runtime = app.state.runtime
+    settings = runtime.settings
     monitor = AdminMonitor(
         RequestHistory(settings.admin_history_samples),
         WorkerInspector(

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from app.admin.settings import AdminSettings
+from app.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class FlowerProcess:
         atexit.unregister(self.stop)
 
 
-def flower_command(settings: AdminSettings) -> list[str] | None:
+def flower_command(settings: Settings) -> list[str] | None:
     """Flower's command line for ``settings.flower_url``; None when it is not ours to start
     (switched off, no URL, or a URL that is not on this machine's loopback)."""
     if not settings.serve_flower or not settings.flower_url:
@@ -83,12 +83,11 @@ def flower_command(settings: AdminSettings) -> list[str] | None:
 
 
 def start_flower(
-    settings: AdminSettings | None = None, env: dict[str, str] | None = None, log_path: Path | None = None
+    settings: Settings, env: dict[str, str] | None = None, log_path: Path | None = None
 ) -> FlowerProcess | None:
     """Start Flower for ``pavedock serve`` (see ``flower_command``); None when it is not started.
     ``env``: Flower's environment (default: this process's), where it reads the broker URL;
     ``log_path``: where its output goes (default: this process's terminal)."""
-    settings = settings or AdminSettings()
     command = flower_command(settings)
     if command is None:
         if settings.serve_flower and settings.flower_url:

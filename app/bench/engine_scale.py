@@ -6,13 +6,12 @@ into an engine table (the dock's database is not involved) and searched with the
 query (``PgVectorEngine.search_table``), one client, in process. Exact search is FAISS's flat
 Hamming scan of the same packed specs.
 
-    python -m app.bench.engine_scale --url postgresql://postgres@127.0.0.1:55432/postgres \\
+    pavedock bench engine --url postgresql://postgres@127.0.0.1:55432/postgres \\
         --size 100000 --out bench-out/engine-100k.json
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
@@ -136,34 +135,3 @@ def run(
 def _has_state(cur: Any) -> bool:
     cur.execute("SELECT to_regclass('pavedock_spaces') IS NOT NULL")
     return bool(cur.fetchone()[0])
-
-
-def main() -> None:
-    from app.settings import Settings
-
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--url", required=True, help="a PostgreSQL + pgvector (0.7 or newer) server")
-    parser.add_argument("--size", type=int, default=100_000)
-    parser.add_argument("--index", choices=["hnsw", "ivfflat", "exact"], default="hnsw")
-    parser.add_argument("--ef", default="100,400,1000", help="hnsw.ef_search values (ivfflat: probes ×10)")
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
-    settings = Settings()
-    if settings.datasets_dir is None:
-        raise SystemExit("set PAVEDOCK_DATASETS_DIR to the shared datasets")
-    result = run(
-        args.url,
-        args.size,
-        settings.datasets_dir,
-        settings.cache_dir,
-        index=args.index,
-        ef_searches=tuple(int(x) for x in args.ef.split(",")),
-    )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-
-
-if __name__ == "__main__":
-    main()

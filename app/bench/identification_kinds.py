@@ -22,7 +22,7 @@ top-1 under the dock's map where that does better.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -200,14 +200,6 @@ def true_names(market: Market, user: User) -> list[str]:
     """The user's labels under the names the task itself gives them."""
     names = market.tasks[user.task].label_names
     return [names[c] for c in user.classes]
-
-
-@dataclass
-class Outcome:
-    """The ranking one user got and the measures of it."""
-
-    ranked: list[Ranked]
-    metrics: dict[str, float] = field(default_factory=dict)
 
 
 def service_ranking(

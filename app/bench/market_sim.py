@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -192,8 +192,3 @@ def _rows(store: np.ndarray, rows: np.ndarray) -> np.ndarray:
     back = np.empty_like(got)
     back[order] = got
     return back
-
-
-def iter_rows(store: np.ndarray, chunk: int = _CHUNK) -> Iterator[np.ndarray]:
-    for start in range(0, store.shape[0], chunk):
-        yield np.asarray(store[start : start + chunk])

@@ -37,15 +37,17 @@ from safetensors.torch import save_file
 from torch import Tensor
 from tqdm import tqdm
 
+from app.bench.report import md_table
 from app.ml.adapters import LoraDelta, read_lora_adapter
 from app.ml.data import TextTask, load_task
 from app.ml.encoders import Encoder, TokenBatch, load_encoder, mean_pool, token_batches
 from app.ml.errors import InvalidInput
 from app.ml.finetune import LoraClassifier
 from app.ml.head import LabelNameHead
-from app.ml.merging.driver import Progress, dense_update, merge_lora
+from app.ml.merging.driver import dense_update, merge_lora
 from app.ml.merging.measure import measure_in_fresh_process
 from app.ml.merging.registry import METHODS, get_method, merge_delta
+from app.ml.progress import Progress
 
 T = TypeVar("T")
 
@@ -627,19 +629,25 @@ def _run_cache_file(
     return cache / f"{key}-{'-'.join(group)}-{digest}.json"
 
 
-def _merge_and_evaluate(
+# One (group, variant)'s dev score as a function of its scale (see `_tune_on_dev`).
+DevScore = Callable[[float], tuple[float, dict[str, Tensor]]]
+# Prepares a (group, method, pact) for tuning: its dev score, and facts its run records.
+Scorer = Callable[[Sequence[str], str, bool], tuple[DevScore, dict[str, object]]]
+
+
+def evaluate_variants(
     evaluator: _Evaluator,
     tasks: Mapping[str, _Task],
     per_task: Mapping[str, Mapping[str, float]],
-    learnwares: Mapping[str, dict[str, LoraDelta]],
     groups: Mapping[int, list[tuple[str, ...]]],
     spec: MergeBenchProfile,
     steps: _Steps,
+    scorer: Scorer,
     cache: Path | None = None,
     only: Sequence[tuple[str, str, bool]] | None = None,
 ) -> list[dict[str, object]]:
     """Every variant (or those in `only`) on every group: λ/α chosen on dev, then test accuracy
-    at that choice.
+    at that choice; `scorer` says how a group is merged (LoRA factors, full task vectors).
 
     With ``cache``, each finished (group, variant) run is kept, so an interrupted benchmark
     resumes where it stopped (runs are deterministic given the profile).
@@ -647,14 +655,13 @@ def _merge_and_evaluate(
     runs: list[dict[str, object]] = []
     for size, group_list in groups.items():
         for group in group_list:
-            members = [learnwares[name] for name in group]
             for key, method, pact in variants() if only is None else only:
                 kept = _run_cache_file(cache, spec, group, key, method)
                 if kept is not None and kept.is_file():
                     runs.append(json.loads(kept.read_text()))
                     steps.step(f"{key} ×{size} (cached)", len(spec.grids[method]) + 1)
                     continue
-                score = partial(_dev_score, evaluator, tasks, per_task, spec, members, group, method, pact)
+                score, facts = scorer(group, method, pact)
                 best_scale, curve, best_updates = _tune_on_dev(
                     score,
                     spec.grids[method],
@@ -663,6 +670,7 @@ def _merge_and_evaluate(
                     f"{key} ×{size} {scale_param(method)}",
                     _scale_bounds(method),
                 )
+                del score  # it may hold the group's whole merge (full fine-tunes)
                 evaluator.set_updates(best_updates)
                 test = {name: evaluator.accuracy(tasks[name], "test") for name in group}
                 runs.append(
@@ -677,6 +685,7 @@ def _merge_and_evaluate(
                         "normalized_accuracy": {
                             name: test[name] / per_task[name]["own_test"] for name in group
                         },
+                        **facts,
                     }
                 )
                 if kept is not None:
@@ -687,6 +696,26 @@ def _merge_and_evaluate(
                 steps.step(f"{key} ×{size} test")
     evaluator.set_updates({})
     return runs
+
+
+def _merge_and_evaluate(
+    evaluator: _Evaluator,
+    tasks: Mapping[str, _Task],
+    per_task: Mapping[str, Mapping[str, float]],
+    learnwares: Mapping[str, dict[str, LoraDelta]],
+    groups: Mapping[int, list[tuple[str, ...]]],
+    spec: MergeBenchProfile,
+    steps: _Steps,
+    cache: Path | None = None,
+    only: Sequence[tuple[str, str, bool]] | None = None,
+) -> list[dict[str, object]]:
+    """`evaluate_variants` on LoRA learnwares, merged in factor space at every scale tried."""
+
+    def scorer(group: Sequence[str], method: str, pact: bool) -> tuple[DevScore, dict[str, object]]:
+        members = [learnwares[name] for name in group]
+        return partial(_dev_score, evaluator, tasks, per_task, spec, members, group, method, pact), {}
+
+    return evaluate_variants(evaluator, tasks, per_task, groups, spec, steps, scorer, cache, only)
 
 
 def _time_lowrank_against_dense(
@@ -869,19 +898,6 @@ def _summarise(
     }
 
 
-def _cell(value: object) -> str:
-    if isinstance(value, float):
-        return f"{value:.3f}"
-    return str(value)
-
-
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A GitHub-flavoured Markdown table; floats with three decimals."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(_cell(value) for value in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def _chosen_text(chosen: Mapping[str, Sequence[Mapping[str, object]]], sizes: Sequence[str]) -> str:
     """The chosen scales per group size, e.g. `0.7 / 0.7 / 1.4` (groups of one size joined by commas)."""
     if not chosen:
@@ -943,7 +959,7 @@ def merge_markdown(result: Mapping[str, object]) -> str:
         "\n\n".join(
             [
                 f"# Merging benchmark ({result['profile']}, {result['date']})",
-                markdown_table(header, rows),
+                md_table(header, rows),
                 f"Normalised accuracy: merged ÷ the task's own learnware on its test split, averaged over a group's "
                 f"tasks and the groups of a size. Streaming merge: the largest group's learnwares merged into "
                 f"full safetensors checkpoints and merged again by the streaming driver, λ/α as chosen for that "
@@ -951,11 +967,11 @@ def merge_markdown(result: Mapping[str, object]) -> str:
                 f"base's {base_bytes / 2**20:.1f} MiB of weights. Low-rank speed-up: dense path ÷ factor path, "
                 f"same merge, largest group.",
                 f"## Streaming merge of {full.get('models', '?')} full fine-tunes (every tensor moved)",
-                markdown_table(["method", "merge s", "peak mem ÷ base"], full_rows)
+                md_table(["method", "merge s", "peak mem ÷ base"], full_rows)
                 if full_rows
                 else "Not measured.",
                 "## Learnwares",
-                markdown_table(
+                md_table(
                     ["task", "own test acc", "zero-shot test acc", "own dev acc", "test examples"], task_rows
                 ),
             ]

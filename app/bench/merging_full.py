@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 
@@ -35,6 +35,7 @@ from torch import Tensor
 
 from app.bench.merging import (
     BASE,
+    DevScore,
     MergeBenchProfile,
     _adapter_key,
     _Evaluator,
@@ -43,23 +44,21 @@ from app.bench.merging import (
     _own_accuracies,
     _params,
     _pin_threads,
-    _run_cache_file,
-    _scale_bounds,
     _split_task,
     _Steps,
     _Task,
-    _tune_on_dev,
-    markdown_table,
+    evaluate_variants,
     scale_param,
     size_means,
     variants,
 )
-from app.bench.pact_sweep import SWEEP_METHODS, pact_sweep_markdown
+from app.bench.pact_sweep import SWEEP_METHODS, sweep, sweep_report
+from app.bench.report import md_table
 from app.ml.encoders import load_encoder
 from app.ml.errors import InvalidInput
 from app.ml.full_finetune import fit_full
-from app.ml.merging.driver import Progress
 from app.ml.merging.registry import METHODS, get_method, merge_delta
+from app.ml.progress import Progress
 
 BLOCK_MATRICES = r"encoder\.layer\."
 """PACT's layers on full fine-tunes: the 2-D weights of the transformer blocks (not the embeddings)."""
@@ -258,56 +257,17 @@ def _merge_and_evaluate(
     cache: Path,
     only: Sequence[tuple[str, str, bool]] | None = None,
 ) -> list[dict[str, object]]:
-    """Every variant (or those in `only`) on every group: merged once, λ/α chosen on dev, test
-    accuracy at that choice. Each finished (group, variant) run is kept in `cache`, so an
-    interrupted run resumes."""
-    runs: list[dict[str, object]] = []
-    for size, group_list in groups.items():
-        for group in group_list:
-            members = [learnwares[name] for name in group]
-            for key, method, pact in variants() if only is None else only:
-                kept = _run_cache_file(cache, spec, group, key, method)
-                assert kept is not None
-                if kept.is_file():
-                    runs.append(json.loads(kept.read_text()))
-                    steps.step(f"{key} ×{size} (cached)", len(spec.grids[method]) + 1)
-                    continue
-                started = time.perf_counter()
-                unit = unit_merge(evaluator.base, members, method, _params(spec, method, pact, 1.0))
-                merge_seconds = time.perf_counter() - started
-                best_scale, curve, best_updates = _tune_on_dev(
-                    partial(_dev_score, evaluator, tasks, per_task, unit, group),
-                    spec.grids[method],
-                    spec.grid_extensions,
-                    steps,
-                    f"{key} ×{size} {scale_param(method)}",
-                    _scale_bounds(method),
-                )
-                del unit
-                evaluator.set_updates(best_updates)
-                test = {name: evaluator.accuracy(tasks[name], "test") for name in group}
-                runs.append(
-                    {
-                        "variant": key,
-                        "group_size": size,
-                        "tasks": list(group),
-                        "chosen": {scale_param(method): best_scale},
-                        "dev_normalized_accuracy": curve[best_scale],
-                        "dev_curve": {str(scale): value for scale, value in sorted(curve.items())},
-                        "test_accuracy": test,
-                        "normalized_accuracy": {
-                            name: test[name] / per_task[name]["own_test"] for name in group
-                        },
-                        "merge_seconds": merge_seconds,
-                    }
-                )
-                kept.parent.mkdir(parents=True, exist_ok=True)
-                partial_file = kept.with_suffix(".partial")
-                partial_file.write_text(json.dumps(runs[-1]))
-                partial_file.replace(kept)
-                steps.step(f"{key} ×{size} test")
-    evaluator.set_updates({})
-    return runs
+    """`evaluate_variants` on full fine-tunes: each (group, variant) merged once at scale 1 and
+    rescaled per grid point; its run records the merge's seconds."""
+
+    def scorer(group: Sequence[str], method: str, pact: bool) -> tuple[DevScore, dict[str, object]]:
+        members = [learnwares[name] for name in group]
+        started = time.perf_counter()
+        unit = unit_merge(evaluator.base, members, method, _params(spec, method, pact, 1.0))
+        facts: dict[str, object] = {"merge_seconds": time.perf_counter() - started}
+        return partial(_dev_score, evaluator, tasks, per_task, unit, group), facts
+
+    return evaluate_variants(evaluator, tasks, per_task, groups, spec, steps, scorer, cache, only)
 
 
 def group_values(
@@ -451,11 +411,10 @@ def run_full_pact_sweep(
     with _Steps(total, progress) as steps:
         ready = _prepare(spec, datasets_dir, base, cache, threads, steps)
 
-        def run(setting: Mapping[str, object] | None) -> dict[str, dict[str, float]]:
-            pact = setting is not None
-            variant_spec = spec if setting is None else replace(spec, pact=dict(setting))
-            only = [(("pact+" if pact else "") + method, method, pact) for method in SWEEP_METHODS]
-            runs = _merge_and_evaluate(
+        def evaluate(
+            variant_spec: MergeBenchProfile, only: list[tuple[str, str, bool]]
+        ) -> list[dict[str, object]]:
+            return _merge_and_evaluate(
                 ready.evaluator,
                 ready.tasks,
                 ready.per_task,
@@ -466,39 +425,11 @@ def run_full_pact_sweep(
                 cache / "runs-full",
                 only,
             )
-            return {
-                method: size_means(runs, ("pact+" if pact else "") + method, groups, "normalized_accuracy")
-                for method in SWEEP_METHODS
-            }
 
-        baseline = run(None)
-        settings = {name: run(setting) for name, setting in FULL_PACT_SETTINGS.items()}
-    result: dict[str, object] = {
-        "benchmark": "pact-sweep",
-        "learnwares": "full fine-tunes",
-        "profile": spec.name,
-        "methods": list(SWEEP_METHODS),
-        "settings": FULL_PACT_SETTINGS,
-        "groups": {str(size): [list(group) for group in group_list] for size, group_list in groups.items()},
-        "without_pact": baseline,
-        "normalized_accuracy": settings,
-        "mean_gain": {
-            name: {
-                method: float(
-                    np.mean(list(scores[method].values())) - np.mean(list(baseline[method].values()))
-                )
-                for method in SWEEP_METHODS
-            }
-            for name, scores in settings.items()
-        },
-        "machine": _machine(),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-        "seconds_total": time.perf_counter() - started,
-    }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    out.with_suffix(".md").write_text(pact_sweep_markdown(result))
-    return result
+        baseline, scores = sweep(FULL_PACT_SETTINGS, spec, groups, evaluate)
+    return sweep_report(
+        out, spec, groups, FULL_PACT_SETTINGS, baseline, scores, started, learnwares="full fine-tunes"
+    )
 
 
 def _summarise(
@@ -625,14 +556,14 @@ def full_merge_markdown(result: Mapping[str, object]) -> str:
         "\n\n".join(
             [
                 f"# Merging benchmark, full fine-tunes ({result['profile']}, {result['date']})",
-                markdown_table(header, rows),
+                md_table(header, rows),
                 "Normalised accuracy: merged ÷ the task's own full fine-tune on its test split, averaged over "
                 "a group's tasks and the groups of a size; per group: each group's value (sizes separated by "
                 "/). Merge s: seconds of one merge (at scale 1) of the largest group.",
                 "## PACT − the same method without PACT (mean over group sizes, normalised)",
-                markdown_table(["method", "gain"], gain_rows),
+                md_table(["method", "gain"], gain_rows),
                 "## Learnwares (full fine-tunes)",
-                markdown_table(
+                md_table(
                     ["task", "own test acc", "zero-shot test acc", "own dev acc", "test examples", "train s"],
                     task_rows,
                 ),

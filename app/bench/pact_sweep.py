@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,6 +23,7 @@ import numpy as np
 
 from app.bench.merging import (
     BASE,
+    MergeBenchProfile,
     _Evaluator,
     _groups,
     _learnwares,
@@ -36,7 +37,7 @@ from app.bench.merging import (
     size_means,
 )
 from app.ml.encoders import load_encoder
-from app.ml.merging.driver import Progress
+from app.ml.progress import Progress
 
 SWEEP_METHODS = ("iso_c", "tsv_m")
 
@@ -52,6 +53,75 @@ PACT_SETTINGS: dict[str, dict[str, object]] = {
     "left side": {"pact_side": "left"},
 }
 """Named PACT parameter sets (on top of pact=True); the first is the benchmark's."""
+
+
+# Runs the given (key, method, pact) variants on every group under a profile (with its PACT
+# parameters): `merging._merge_and_evaluate` or its full-fine-tune twin, bound to the learnwares.
+Evaluate = Callable[[MergeBenchProfile, list[tuple[str, str, bool]]], list[dict[str, object]]]
+Scores = dict[str, dict[str, float]]
+"""{method: {group size: mean normalised test accuracy}}."""
+
+
+def sweep(
+    settings: Mapping[str, Mapping[str, object]],
+    spec: MergeBenchProfile,
+    groups: Mapping[int, list[tuple[str, ...]]],
+    evaluate: Evaluate,
+) -> tuple[Scores, dict[str, Scores]]:
+    """`SWEEP_METHODS` without PACT, then with PACT under each named setting."""
+
+    def run(setting: Mapping[str, object] | None) -> Scores:
+        pact = setting is not None
+        variant_spec = spec if setting is None else replace(spec, pact=dict(setting))
+        only = [(("pact+" if pact else "") + method, method, pact) for method in SWEEP_METHODS]
+        runs = evaluate(variant_spec, only)
+        return {
+            method: size_means(runs, ("pact+" if pact else "") + method, groups, "normalized_accuracy")
+            for method in SWEEP_METHODS
+        }
+
+    baseline = run(None)
+    return baseline, {name: run(setting) for name, setting in settings.items()}
+
+
+def sweep_report(
+    out: Path,
+    spec: MergeBenchProfile,
+    groups: Mapping[int, list[tuple[str, ...]]],
+    settings: Mapping[str, Mapping[str, object]],
+    baseline: Scores,
+    scores: Mapping[str, Scores],
+    started: float,
+    learnwares: str | None = None,
+) -> dict[str, object]:
+    """The sweep's result (each setting's gain over the merger without PACT), written to `out`
+    as JSON and beside it as Markdown (`.md`)."""
+    result: dict[str, object] = {
+        "benchmark": "pact-sweep",
+        **({"learnwares": learnwares} if learnwares else {}),
+        "profile": spec.name,
+        "methods": list(SWEEP_METHODS),
+        "settings": settings,
+        "groups": {str(size): [list(group) for group in group_list] for size, group_list in groups.items()},
+        "without_pact": baseline,
+        "normalized_accuracy": scores,
+        "mean_gain": {
+            name: {
+                method: float(
+                    np.mean(list(by_size[method].values())) - np.mean(list(baseline[method].values()))
+                )
+                for method in SWEEP_METHODS
+            }
+            for name, by_size in scores.items()
+        },
+        "machine": _machine(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "seconds_total": time.perf_counter() - started,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    out.with_suffix(".md").write_text(pact_sweep_markdown(result))
+    return result
 
 
 def run_pact_sweep(
@@ -78,46 +148,15 @@ def run_pact_sweep(
         _pin_threads(threads)
         per_task = _own_accuracies(evaluator, tasks, learnwares, train_facts, spec, steps)
 
-        def run(setting: Mapping[str, object] | None) -> dict[str, dict[str, float]]:
-            pact = setting is not None
-            variant_spec = spec if setting is None else replace(spec, pact=dict(setting))
-            only = [(("pact+" if pact else "") + method, method, pact) for method in SWEEP_METHODS]
-            runs = _merge_and_evaluate(
+        def evaluate(
+            variant_spec: MergeBenchProfile, only: list[tuple[str, str, bool]]
+        ) -> list[dict[str, object]]:
+            return _merge_and_evaluate(
                 evaluator, tasks, per_task, learnwares, groups, variant_spec, steps, cache / "runs", only
             )
-            return {
-                method: size_means(runs, ("pact+" if pact else "") + method, groups, "normalized_accuracy")
-                for method in SWEEP_METHODS
-            }
 
-        baseline = run(None)
-        settings = {name: run(setting) for name, setting in PACT_SETTINGS.items()}
-
-    result: dict[str, object] = {
-        "benchmark": "pact-sweep",
-        "profile": spec.name,
-        "methods": list(SWEEP_METHODS),
-        "settings": PACT_SETTINGS,
-        "groups": {str(size): [list(group) for group in group_list] for size, group_list in groups.items()},
-        "without_pact": baseline,
-        "normalized_accuracy": settings,
-        "mean_gain": {
-            name: {
-                method: float(
-                    np.mean(list(scores[method].values())) - np.mean(list(baseline[method].values()))
-                )
-                for method in SWEEP_METHODS
-            }
-            for name, scores in settings.items()
-        },
-        "machine": _machine(),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-        "seconds_total": time.perf_counter() - started,
-    }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    out.with_suffix(".md").write_text(pact_sweep_markdown(result))
-    return result
+        baseline, scores = sweep(PACT_SETTINGS, spec, groups, evaluate)
+    return sweep_report(out, spec, groups, PACT_SETTINGS, baseline, scores, started)
 
 
 def pact_sweep_markdown(result: Mapping[str, object]) -> str:

@@ -36,7 +36,8 @@ import numpy as np
 from safetensors.numpy import save
 
 from app.bench.market_sim import Market, RealSpecs, generate_market, real_specs
-from app.bench.service import ROOT, _first_to_go, _mem_available, _percentile, _wait_ready
+from app.bench.report import percentile
+from app.bench.service import ROOT, _first_to_go, _mem_available, _wait_ready
 from app.ml.binary_index import BinaryIndexParams, BinarySpecIndex, cosine_from_hamming, hamming
 
 CHUNK = 5000
@@ -333,8 +334,8 @@ def _ingest_while_serving(
         "searchable_within_s": round(seen_s, 2),
         "searchable_per_s": round(len(fresh) / seen_s, 1),
         "queries_meanwhile": len(served),
-        "query_p50_ms_meanwhile": round(_percentile(served, 50), 1),
-        "query_p99_ms_meanwhile": round(_percentile(served, 99), 1),
+        "query_p50_ms_meanwhile": round(percentile(served, 50), 1),
+        "query_p99_ms_meanwhile": round(percentile(served, 99), 1),
     }
 
 
@@ -496,9 +497,9 @@ def run_scale_benchmark(
                         n_clients,
                         requests,
                         errors,
-                        round(_percentile(latencies, 50), 1),
-                        round(_percentile(latencies, 90), 1),
-                        round(_percentile(latencies, 99), 1),
+                        round(percentile(latencies, 50), 1),
+                        round(percentile(latencies, 90), 1),
+                        round(percentile(latencies, 99), 1),
                         round(len(latencies) / wall, 1),
                     )
                     points.append(point)

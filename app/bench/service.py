@@ -34,6 +34,8 @@ import numpy as np
 from rich.console import Console
 from safetensors.numpy import save
 
+from app.bench.report import percentile
+
 CHUNK = 5000
 ROOT = Path(__file__).resolve().parents[2]
 FLOAT_SPACES = [{"recipe": {"steps": 0, "balanced": False}}]
@@ -81,10 +83,6 @@ def _mem_available() -> int:
     except OSError:
         pass
     return 0
-
-
-def _percentile(values: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
 
 def _default_dim() -> int:
@@ -352,9 +350,9 @@ def run_service_benchmark(
                         clients=n_clients,
                         requests=n_requests,
                         errors=errors,
-                        p50_ms=round(_percentile(latencies, 50), 1),
-                        p90_ms=round(_percentile(latencies, 90), 1),
-                        p99_ms=round(_percentile(latencies, 99), 1),
+                        p50_ms=round(percentile(latencies, 50), 1),
+                        p90_ms=round(percentile(latencies, 90), 1),
+                        p99_ms=round(percentile(latencies, 99), 1),
                         mean_ms=round(statistics.fmean(latencies), 1) if latencies else float("nan"),
                         requests_per_s=round(len(latencies) / wall, 2),
                     )

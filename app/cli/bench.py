@@ -1,5 +1,5 @@
-"""``pavedock bench``: the benchmarks on the real datasets (JSON + Markdown + plot), and the
-service and market-scale benchmarks through the API.
+"""``pavedock bench``: the benchmarks on the real datasets (JSON + Markdown + plot), the
+service and market-scale benchmarks through the API, and the pgvector engine's on its own.
 
 Heavy imports happen inside the commands so ``pavedock --help`` is quick.
 """
@@ -7,6 +7,8 @@ Heavy imports happen inside the commands so ``pavedock --help`` is quick.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -25,13 +27,41 @@ Datasets = Annotated[
     Path | None, typer.Option("--datasets", help="datasets folder (default: settings / ../shared/datasets)")
 ]
 Cache = Annotated[Path | None, typer.Option("--cache", help="cache of trained learnwares and specs")]
+
+
+class Learnwares(StrEnum):
+    """What the merging benchmarks merge."""
+
+    lora = "lora"
+    full = "full"
+
+
 MergeLearnwares = Annotated[
-    str,
+    Learnwares,
     typer.Option(
         help="lora (rank-8 adapters; profiles smoke, quick, full) or full (full fine-tunes, every "
         "weight trained; profiles smoke, full)"
     ),
 ]
+# A merging benchmark's runner: (profile, out, datasets, progress, cache_dir=...) -> its result.
+MergeRunner = Callable[..., dict[str, object]]
+
+
+def _run_merging(
+    title: str,
+    runners: dict[Learnwares, MergeRunner],
+    learnwares: Learnwares,
+    profile: str,
+    out: Path,
+    datasets: Path | None,
+    cache: Path | None,
+) -> dict[str, object]:
+    """``merge`` and ``pact-sweep``: the runner for the learnwares' kind, with a progress bar and
+    the merging benchmarks' one cache (trained learnwares and runs are shared between them)."""
+    with progress_bar(title) as report:
+        return runners[learnwares](
+            profile, out, datasets_dir(datasets), report, cache_dir=cache_dir(cache, "merge")
+        )
 
 
 def register(app: typer.Typer) -> None:
@@ -95,19 +125,14 @@ def bench_merge(
     profile: Profile = "quick",
     datasets: Datasets = None,
     cache: Cache = None,
-    learnwares: MergeLearnwares = "lora",
+    learnwares: MergeLearnwares = Learnwares.lora,
 ) -> None:
     """The merging benchmark: every method with and without PACT on 2-, 4- and 8-task groups."""
     from app.bench.merging import run_merge_benchmark
     from app.bench.merging_full import run_full_merge_benchmark
 
-    runners = {"lora": run_merge_benchmark, "full": run_full_merge_benchmark}
-    if learnwares not in runners:
-        raise typer.BadParameter(f"{learnwares!r} is not one of lora, full", param_hint="--learnwares")
-    with progress_bar("merge benchmark") as report:
-        result = runners[learnwares](
-            profile, out, datasets_dir(datasets), report, cache_dir=cache_dir(cache, "merge")
-        )
+    runners = {Learnwares.lora: run_merge_benchmark, Learnwares.full: run_full_merge_benchmark}
+    result = _run_merging("merge benchmark", runners, learnwares, profile, out, datasets, cache)
     typer.echo(json.dumps(result.get("normalized_accuracy", {}), indent=2))
 
 
@@ -117,19 +142,14 @@ def bench_pact_sweep(
     profile: Profile = "quick",
     datasets: Datasets = None,
     cache: Cache = None,
-    learnwares: MergeLearnwares = "lora",
+    learnwares: MergeLearnwares = Learnwares.lora,
 ) -> None:
     """Iso-C and TSV-M under several PACT settings (layers, K, side) on the merging benchmark's groups."""
     from app.bench.merging_full import run_full_pact_sweep
     from app.bench.pact_sweep import run_pact_sweep
 
-    runners = {"lora": run_pact_sweep, "full": run_full_pact_sweep}
-    if learnwares not in runners:
-        raise typer.BadParameter(f"{learnwares!r} is not one of lora, full", param_hint="--learnwares")
-    with progress_bar("PACT sweep") as report:
-        result = runners[learnwares](
-            profile, out, datasets_dir(datasets), report, cache_dir=cache_dir(cache, "merge")
-        )
+    runners = {Learnwares.lora: run_pact_sweep, Learnwares.full: run_full_pact_sweep}
+    result = _run_merging("PACT sweep", runners, learnwares, profile, out, datasets, cache)
     typer.echo(json.dumps(result["mean_gain"], indent=2))
 
 
@@ -243,3 +263,48 @@ def bench_scale(
         api_workers=api_workers,
         say=lambda line: typer.echo(line),
     )
+
+
+class EngineIndex(StrEnum):
+    """pgvector's index on the specs (``PAVEDOCK_VECTOR_ENGINE_INDEX``)."""
+
+    hnsw = "hnsw"
+    ivfflat = "ivfflat"
+    exact = "exact"
+
+
+@bench_app.command("engine")
+def bench_engine(
+    url: Annotated[str, typer.Option(help="a PostgreSQL + pgvector (0.7 or newer) server")],
+    out: Annotated[Path, typer.Option(help="JSON results")],
+    size: Annotated[int, typer.Option(min=1, help="learnwares in the simulated market")] = 100_000,
+    index: Annotated[EngineIndex, typer.Option(help="the engine's index on the specs")] = EngineIndex.hnsw,
+    ef: Annotated[str, typer.Option(help="comma-separated hnsw.ef_search values (ivfflat: probes ×10)")] = (
+        "100,400,1000"
+    ),
+    datasets: Datasets = None,
+    cache: Cache = None,
+) -> None:
+    """The pgvector engine on the simulated market: recall@1 and @10 against exact search, latency.
+
+    The market and queries of ``bench scale`` (sharing its cache), straight into an engine table.
+    """
+    from app.bench.engine_scale import run
+
+    try:
+        ef_searches = tuple(int(x) for x in ef.split(",") if x.strip())
+    except ValueError:
+        raise typer.BadParameter(
+            f"{ef!r} is not a comma-separated list of numbers", param_hint="--ef"
+        ) from None
+    result = run(
+        url,
+        size,
+        datasets_dir(datasets),
+        cache_dir(cache, "scale"),
+        index=index.value,
+        ef_searches=ef_searches,
+        say=lambda line: typer.echo(line),
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")

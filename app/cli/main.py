@@ -26,9 +26,11 @@ def main() -> None:
     hf_logging.disable_progress_bar()  # the dock draws its own progress bars
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
     from app.ml.bases import use_data_dir
+    from app.ml.threads import use_torch_threads
     from app.settings import get_settings
 
     use_data_dir(get_settings().data_dir)  # where `bases install` puts bases and commands find them
+    use_torch_threads(get_settings().torch_threads)  # the engine's and the benchmarks' commands
     logging.basicConfig(
         level=(get_settings().log_level or "WARNING").upper(), format="%(levelname)s %(name)s: %(message)s"
     )

@@ -93,7 +93,7 @@ def serve(
         explain_root(console)
         embedded = _EmbeddedWorker(settings.worker_queues, concurrency or settings.worker_concurrency)
         embedded.start()
-    start_flower(log_path=settings.data_dir / "flower.log")
+    start_flower(settings, log_path=settings.data_dir / "flower.log")
     bind, listen = host or settings.host, port or settings.port
     served = record_serve_url(settings.data_dir, serve_url(bind, listen))  # clients find it there
     try:

@@ -20,6 +20,7 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel, 
 
 from app.ml.bases import resolve_base
 from app.ml.errors import InvalidInput, UnknownBase
+from app.ml.threads import torch_threads
 
 log = logging.getLogger(__name__)
 
@@ -54,15 +55,14 @@ def _weights_sha256_cached(path: str, _key: tuple[tuple[str, int, int], ...]) ->
 
 
 def configure_threads() -> None:
-    """Torch threads on a CPU-only host: ``PAVEDOCK_TORCH_THREADS``, else every core.
+    """Torch threads on a CPU-only host: those given to ``threads.use_torch_threads``, else every core.
 
     Several torch processes sharing the cores (API, workers, tests) each spinning every core
     run many times slower than with one thread each: set PAVEDOCK_TORCH_THREADS=1 for them.
     """
     if torch.cuda.is_available():
         return
-    wanted = os.environ.get("PAVEDOCK_TORCH_THREADS", "").strip()
-    torch.set_num_threads(max(1, int(wanted) if wanted.isdigit() else os.cpu_count() or 1))
+    torch.set_num_threads(torch_threads() or os.cpu_count() or 1)
 
 
 def default_device() -> torch.device:

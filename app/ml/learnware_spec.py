@@ -9,7 +9,8 @@ import numpy as np
 
 from app.ml.errors import InvalidPackage
 from app.ml.packages import LearnwarePackage, PackageLimits, extract_package
-from app.ml.pave import PaveSpec, Progress, fit_pave_spec
+from app.ml.pave import PaveSpec, fit_pave_spec
+from app.ml.progress import Progress
 from app.ml.runners import Runner, load_runner
 from app.ml.spec_space import FitRecipe, SpecSpace
 

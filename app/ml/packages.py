@@ -52,7 +52,6 @@ from app.ml.package_content import (
 )
 
 ModelFormat = Literal["peft-lora", "hf-seqcls", "onnx", "pooled-linear"]
-MODEL_FORMATS: tuple[ModelFormat, ...] = ("peft-lora", "hf-seqcls", "onnx", "pooled-linear")
 # Formats that run over a registered base named by the manifest's base_model.
 BASE_FORMATS: tuple[ModelFormat, ...] = ("peft-lora", "pooled-linear")
 MANIFEST_NAME = "learnware.yaml"

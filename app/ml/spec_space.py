@@ -157,16 +157,6 @@ class SpecSpace:
             parts.append(t.detach().float().reshape(-1).cpu())
         return torch.cat(parts).numpy().astype(np.float32)
 
-    def load_vector(self, vector: np.ndarray) -> None:
-        """Write a spec back into B (for running a task vector as an adapter, or tests)."""
-        check_vector(vector, self)
-        offset = 0
-        with torch.no_grad():
-            for b in self._b:
-                n = b.numel()
-                b.copy_(torch.from_numpy(vector[offset : offset + n]).view_as(b))
-                offset += n
-
     def head(self, label_names: tuple[str, ...] | list[str]) -> LabelNameHead:
         """The label-name head for ``label_names``, embedded once with the frozen base."""
         key = tuple(label_names)

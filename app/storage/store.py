@@ -278,22 +278,11 @@ def make_store(settings: Settings) -> ArtifactStore:
     return LocalStore(settings.resolved_artifacts_dir)
 
 
-def copy_to_file(src: BinaryIO, dest: Path) -> str:
-    """Stream ``src`` into ``dest``; return the sha256 (for uploads before they are stored)."""
-    digest = hashlib.sha256()
-    with Path(dest).open("wb") as out:
-        for chunk in iter(lambda: src.read(CHUNK), b""):
-            digest.update(chunk)
-            out.write(chunk)
-    return digest.hexdigest()
-
-
 __all__ = [
     "ArtifactNotFound",
     "ArtifactStore",
     "LocalStore",
     "S3Store",
-    "copy_to_file",
     "make_store",
     "sha256_file",
 ]

@@ -23,7 +23,6 @@ from app.web.card import ExtrasCache, latest_ingest, lineage_links, spec_facts, 
 from app.web.errors import FieldError
 from app.web.render import HERE, WebRoute, page, render_markdown
 from app.web.session import CodecDep, CsrfChecked, SignedIn, WebSessionDep
-from app.web.settings import WebSettings
 
 router = APIRouter(route_class=WebRoute, include_in_schema=False)
 
@@ -116,6 +115,7 @@ def browse_page(
     request: Request,
     key: SignedIn,
     db: SessionDep,
+    runtime: RuntimeDep,
     q: Annotated[str, Query(max_length=200)] = "",
     task_type: str = "",
     model_format: str = "",
@@ -151,7 +151,7 @@ def browse_page(
         owner_id=values["owner"],
         sort=sort if sort in SORTS else "newest",  # type: ignore[arg-type]
         page=values["page"] or 1,
-        per_page=WebSettings().web_page_size,
+        per_page=runtime.settings.web_page_size,
     )
     result = browse(db, key, query)
     params = {

@@ -30,11 +30,10 @@ from fastapi import Depends, Request
 from starlette.responses import Response
 
 from app.api.deps import SessionDep
-from app.api.errors import Forbidden
 from app.db.base import utcnow
 from app.db.models import ApiKey, Role
+from app.errors import Forbidden
 from app.runtime import Runtime
-from app.web.settings import WebSettings
 
 log = logging.getLogger(__name__)
 
@@ -149,20 +148,20 @@ def _file_secret(path: Path) -> bytes:
     return secret
 
 
-def make_codec(runtime: Runtime, settings: WebSettings | None = None) -> SessionCodec:
-    settings = settings or WebSettings()
+def make_codec(runtime: Runtime) -> SessionCodec:
+    settings = runtime.settings
     if settings.web_session_secret is not None:
         secret = settings.web_session_secret.get_secret_value().encode()
         if len(secret) < 32:
             raise ValueError("PAVEDOCK_WEB_SESSION_SECRET must have at least 32 characters")
     else:
-        if runtime.settings.environment == "production":
+        if settings.environment == "production":
             log.warning("PAVEDOCK_WEB_SESSION_SECRET is unset: web sessions are signed with a file secret")
-        secret = _file_secret(runtime.settings.data_dir / SECRET_FILE)
+        secret = _file_secret(settings.data_dir / SECRET_FILE)
     secure = (
         settings.web_cookie_secure
         if settings.web_cookie_secure is not None
-        else runtime.settings.environment == "production"
+        else settings.environment == "production"
     )
     return SessionCodec(secret=secret, lifetime_s=int(settings.web_session_hours * 3600), secure=secure)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from app.admin.flower import flower_command
-from app.admin.settings import AdminSettings
+from app.settings import Settings
 
 
 @pytest.mark.parametrize(
@@ -22,18 +22,18 @@ from app.admin.settings import AdminSettings
     ],
 )
 def test_flower_is_started_only_on_loopback(url: str, serve: bool, started: bool) -> None:
-    command = flower_command(AdminSettings(flower_url=url, serve_flower=serve))
+    command = flower_command(Settings(flower_url=url, serve_flower=serve))
     assert (command is not None) == started
     if command is not None:
         assert "flower" in command and "--logging=error" in command
 
 
 def test_flower_options_follow_the_url() -> None:
-    command = flower_command(AdminSettings(flower_url="http://localhost:5600/flower/"))
+    command = flower_command(Settings(flower_url="http://localhost:5600/flower/"))
     assert command is not None
     assert {"--address=localhost", "--port=5600", "--url_prefix=flower"} <= set(command)
 
 
 def test_settings_refuse_a_url_that_is_not_http() -> None:
     with pytest.raises(ValueError, match="http"):
-        AdminSettings(flower_url="javascript:alert(1)")
+        Settings(flower_url="javascript:alert(1)")

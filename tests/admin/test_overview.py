@@ -112,10 +112,13 @@ def test_flower_link_comes_from_settings(
 ) -> None:
     from app.main import create_app
 
-    monkeypatch.setenv("PAVEDOCK_FLOWER_URL", "https://flower.dock.example/")
+    settings = runtime.settings
+    monkeypatch.setattr(
+        runtime, "settings", settings.model_copy(update={"flower_url": "https://flower.example"})
+    )
     with TestClient(create_app(runtime=runtime)) as other:
-        assert overview(other, keys)["flower_url"] == "https://flower.dock.example"
-    monkeypatch.setenv("PAVEDOCK_FLOWER_URL", "")
+        assert overview(other, keys)["flower_url"] == "https://flower.example"
+    monkeypatch.setattr(runtime, "settings", settings.model_copy(update={"flower_url": ""}))
     with TestClient(create_app(runtime=runtime)) as other:
         assert overview(other, keys)["flower_url"] is None
 

@@ -1,4 +1,4 @@
-"""The merging benchmark's pieces that need no real model: adapters to factors, groups, the report."""
+"""The merging benchmark's pieces that need no real model: variants, groups, tuning, the report."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from peft import LoraConfig, get_peft_model
-from transformers import BertConfig, BertModel
 
 from app.bench.merging import (
     PROFILES,
@@ -20,34 +18,10 @@ from app.bench.merging import (
     scale_param,
     variants,
 )
-from app.ml.adapters import read_lora_adapter
 from app.ml.errors import InvalidInput
 from app.ml.merging import METHODS
 
 pytestmark = pytest.mark.usefixtures("single_thread")
-
-
-def test_peft_adapter_becomes_factors_with_its_scaling(tmp_path: Path) -> None:
-    torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=64, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32
-    )
-    base = BertModel(config)
-    base_state = {name: tensor.clone() for name, tensor in base.state_dict().items()}
-    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["query", "value"]))
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "lora_B" in name:
-                parameter.normal_()
-    model.save_pretrained(str(tmp_path))
-    factors = read_lora_adapter(tmp_path)
-    merged = model.merge_and_unload().state_dict()
-    assert sorted(factors) == sorted(
-        f"encoder.layer.{i}.attention.self.{m}.weight" for i in range(2) for m in ("query", "value")
-    )
-    for name, delta in factors.items():
-        assert delta.scale == 2.0
-        assert torch.allclose(base_state[name] + delta.dense(), merged[name], atol=1e-5)
 
 
 def test_variants_cover_every_method_with_and_without_pact() -> None:

@@ -140,7 +140,7 @@ def test_cli_names_the_learnwares_option_when_its_value_is_unknown(tmp_path: Pat
         app, ["bench", "merge", "--learnwares", "qlora", "--out", str(tmp_path / "out.json")]
     )
     assert result.exit_code == 2
-    assert "--learnwares" in result.output and "'qlora' is not one of lora, full" in result.output
+    assert "--learnwares" in result.output and "'qlora' is not one of 'lora'" in result.output
     assert not (tmp_path / "out.json").exists()
 
 

@@ -20,7 +20,6 @@ import httpx
 import pytest
 
 from app.admin.flower import FlowerProcess, start_flower
-from app.admin.settings import AdminSettings
 from app.auth.service import create_key
 from app.db.migrate import upgrade
 from app.db.models import Role
@@ -159,7 +158,7 @@ def running_dock(root: Path, *, review_required: bool, with_flower: bool) -> Ite
         # up (three processes importing torch at once on two cores is slower than in turn); the
         # test looks at it last.
         if with_flower:
-            flower = start_flower(AdminSettings(flower_url=env["PAVEDOCK_FLOWER_URL"]), env=env)
+            flower = start_flower(Settings(flower_url=env["PAVEDOCK_FLOWER_URL"]), env=env)
             assert flower is not None
         runtime = Runtime.create(settings, persist_index=False)
         yield Dock(

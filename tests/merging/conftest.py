@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 from torch import Tensor
@@ -41,9 +39,5 @@ def lora_deltas(generator: torch.Generator) -> list[LoraDelta]:
 
 
 @pytest.fixture(autouse=True)
-def single_thread() -> Iterator[None]:
-    """The matrices here are tiny: one thread avoids fork-join overhead and contention on shared hosts."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _tiny_matrices_on_one_thread(single_thread: None) -> None:
+    """Every merging test runs on one thread (``single_thread``, tests/conftest.py)."""

@@ -1,8 +1,8 @@
-"""Tiny models built in the test (never downloaded), a tiny text task, and the real data folder."""
+"""Tiny models built in the test (never downloaded) and a tiny text task (the real data folder is
+tests/conftest.py's ``datasets_dir``)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -68,13 +68,3 @@ def tiny_task() -> TextTask:
 @pytest.fixture(scope="session")
 def tiny_test_task() -> TextTask:
     return make_tiny_task(n_per_class=10, seed=1, split="test")
-
-
-@pytest.fixture(scope="session")
-def datasets_dir() -> Path:
-    path = Path(
-        os.environ.get("PAVEDOCK_DATASETS_DIR", Path(__file__).resolve().parents[3] / "shared/datasets")
-    )
-    if not (path / "sst2" / "train.jsonl").is_file():
-        pytest.skip(f"real datasets not found at {path}")
-    return path

@@ -12,7 +12,7 @@ from peft import LoraConfig, get_peft_model
 from safetensors.torch import load_file, save_file
 from transformers import BertConfig, BertModel
 
-from app.ml.adapters import read_lora_factors
+from app.ml.adapters import read_lora_adapter, read_lora_factors
 from app.ml.errors import InvalidPackage
 
 
@@ -63,3 +63,15 @@ def test_anything_but_lora_weights_is_refused(tmp_path: Path) -> None:
     (folder / "adapter_config.json").unlink()
     with pytest.raises(InvalidPackage, match="is not a peft adapter"):
         read_lora_factors(folder)
+
+
+def test_the_merge_reader_names_the_weights_it_updates(tmp_path: Path) -> None:
+    """``read_lora_adapter`` (what merging reads): the same factors, keyed by the weight they add to."""
+    folder, before, merged = _adapter(tmp_path, r=4, lora_alpha=8)
+    factors = read_lora_adapter(folder)
+    assert sorted(factors) == sorted(
+        f"encoder.layer.{i}.attention.self.{m}.weight" for i in range(2) for m in ("query", "value")
+    )
+    for name, delta in factors.items():
+        assert delta.scale == 2.0
+        torch.testing.assert_close(before[name] + delta.dense(), merged[name], atol=1e-5, rtol=0)

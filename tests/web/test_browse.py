@@ -138,7 +138,7 @@ def test_bad_filters_are_named(client: TestClient, keys: Keys, market: dict[str,
 
 
 def test_sorts_and_pages(
-    client: TestClient, keys: Keys, market: dict[str, int], monkeypatch: pytest.MonkeyPatch
+    runtime: Runtime, client: TestClient, keys: Keys, market: dict[str, int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sign_in(client, keys.user)
     assert ids(client.get("/", params={"sort": "downloads"}).text)[:2] == [
@@ -150,7 +150,7 @@ def test_sorts_and_pages(
         market["sentiment"],
     ]
     assert ids(client.get("/").text) == [market["topics"], market["spam"], market["sentiment"]]  # newest
-    monkeypatch.setenv("PAVEDOCK_WEB_PAGE_SIZE", "2")
+    monkeypatch.setattr(runtime, "settings", runtime.settings.model_copy(update={"web_page_size": 2}))
     first = client.get("/", params={"sort": "name"})
     assert ids(first.text) == [market["sentiment"], market["topics"]]
     assert "Page 1 of 2" in first.text and 'href="/?sort=name&amp;page=2"' in first.text

@@ -22,14 +22,13 @@ Choices this package makes (ALGORITHMS.md §2 leaves them open):
 
 Drivers: `merge_state_dicts` / `merge_into_safetensors` stream full models tensor by tensor from
 `TensorSource`s; `merge_lora` merges LoRA learnwares in factor space (`lowrank.py`).
-The benchmark (`bench.run_merge_benchmark`) loads the encoder stack, so it is imported on its own.
+The benchmarks that drive these methods live in `app/bench/` (`pavedock bench merge`, `pact-sweep`).
 """
 
 from app.ml.adapters import LoraDelta
 from app.ml.merging.driver import (
     LoraInput,
     MergeStats,
-    Progress,
     apply_updates,
     as_lora_delta,
     dense_update,
@@ -68,6 +67,7 @@ from app.ml.merging.sources import (
     TensorSource,
 )
 from app.ml.params import ParamSpec, ResolvedParams
+from app.ml.progress import Progress
 
 __all__ = [
     "METHODS",

@@ -14,9 +14,9 @@ from typing import cast
 import torch
 from torch import Tensor
 
+from app.ml.adapters import LoraDelta
 from app.ml.errors import InvalidInput
 from app.ml.merging.lowrank import (
-    LoraDelta,
     lowrank_iso_c,
     lowrank_iso_cts,
     lowrank_task_arithmetic,

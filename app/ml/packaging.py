@@ -43,7 +43,7 @@ from app.ml.packages import (
 )
 from app.ml.pooled_linear import LINEAR_DIR, LINEAR_WEIGHTS
 from app.ml.progress import Progress
-from app.ml.validation import InputsRun, require_inputs, run_on_inputs
+from app.ml.validation import SPEC_FIT_INPUTS, VALIDATION_INPUTS, InputsRun, require_inputs, run_on_inputs
 
 SourceFormat = Literal["hf-seqcls", "peft-lora", "sklearn", "onnx", "pooled-linear"]
 SOURCE_FORMATS: tuple[SourceFormat, ...] = ("hf-seqcls", "peft-lora", "sklearn", "onnx", "pooled-linear")
@@ -521,7 +521,14 @@ def make_package(req: PackageRequest, progress: Progress | None = None) -> Packa
         raise
     except (InvalidPackage, UnsafePackage, InvalidInput, UnknownBase) as exc:
         req.out.unlink(missing_ok=True)
-        raise PackagingError(f"the dock would refuse this package: {exc}", _fix_for(str(exc), fmt)) from exc
+        raise PackagingError(
+            f"the dock would refuse this package: {exc}", _fix_for(str(exc), fmt, len(inputs))
+        ) from exc
+    try:
+        notes.extend(_slice_notes(run, manifest.label_names, len(inputs)))
+    except PackagingError:
+        req.out.unlink(missing_ok=True)
+        raise
     if to_manifest is not None:
         agreement = float(np.mean(to_manifest(pipeline.predict(inputs[: len(run.labels)])) == run.labels))
         if agreement < MIN_EXPORT_AGREEMENT:
@@ -536,16 +543,48 @@ def make_package(req: PackageRequest, progress: Progress | None = None) -> Packa
 
 
 def check_package(zip_path: Path, progress: Progress | None = None) -> InputsRun:
-    """The dock's checks on a package zip: extraction, manifest, layout, runner, inputs."""
+    """The dock's checks on a package zip: extraction, manifest, layout, runner, inputs.
+
+    The model runs on the inputs a dock's validation runs it on: the first VALIDATION_INPUTS.
+    """
     from app.ml.runners import load_runner
 
     with tempfile.TemporaryDirectory(prefix="pavedock-package-") as tmp:
         package = extract_package(zip_path, Path(tmp) / "package", PackageLimits())
         require_inputs(package)
         runner = load_runner(package)
-        texts = package.inputs
+        texts = package.inputs[:VALIDATION_INPUTS]
         report = (lambda done, total: progress(done, total, "")) if progress else None
         return run_on_inputs(runner, package.manifest.label_names, texts, progress=report)
+
+
+def _slice_notes(run: InputsRun, label_names: list[str], n_inputs: int) -> list[str]:
+    """What the dock will use of the declared inputs, where it matters; a spec it cannot fit.
+
+    The dock fits the spec to the model's answers on the first SPEC_FIT_INPUTS inputs and fails
+    the learnware when those are all one class, even though validation saw more.
+    """
+    notes: list[str] = []
+    if n_inputs > VALIDATION_INPUTS:
+        notes.append(
+            f"the dock runs the model on the first {VALIDATION_INPUTS} of your {n_inputs} inputs "
+            "(as checked here); it keeps the others in the package"
+        )
+    early = sorted(set(run.labels[:SPEC_FIT_INPUTS].tolist()))
+    missing = [label_names[c] for c in sorted(set(run.labels.tolist()) - set(early))]
+    if len(early) < 2:
+        raise PackagingError(
+            f"the dock fits the spec on the first {SPEC_FIT_INPUTS} inputs, where the model predicts "
+            f"{label_names[early[0]]} only: its spec stage would fail the learnware",
+            "shuffle the inputs so that inputs of every class come early (--inputs)",
+        )
+    if missing:
+        notes.append(
+            f"warning: the spec is fitted on the first {SPEC_FIT_INPUTS} inputs, where the model "
+            f"never predicts {', '.join(missing)}: users' tasks on those classes will hardly find it; "
+            "shuffle the inputs so that every class comes early"
+        )
+    return notes
 
 
 def _manifest_fix(exc: ValidationError) -> str:
@@ -563,8 +602,13 @@ def _manifest_fix(exc: ValidationError) -> str:
     )
 
 
-def _fix_for(message: str, fmt: SourceFormat) -> str:
+def _fix_for(message: str, fmt: SourceFormat, n_inputs: int) -> str:
     if "predicts a single class" in message:
+        if n_inputs > VALIDATION_INPUTS:
+            return (
+                f"the dock runs the model on the first {VALIDATION_INPUTS} of your {n_inputs} inputs: "
+                "shuffle them so that inputs of every class come early (--inputs)"
+            )
         return "declare inputs of every class the model predicts (--inputs)"
     if "locale" in message:
         return (

@@ -24,6 +24,7 @@ from app.jobs.runner import run_stage
 from app.jobs.stages import FIT_LEARNWARE_SPEC, VALIDATE_LEARNWARE
 from app.learnwares import pipeline
 from app.ml.data import load_task
+from app.ml.validation import SPEC_FIT_INPUTS, VALIDATION_INPUTS
 from app.runtime import Runtime
 from app.settings import Settings
 from tests.fixtures.service import Keys
@@ -322,3 +323,97 @@ def test_a_folder_with_pickled_weights_only_says_how_to_save_safetensors(
     assert code == 2
     assert "pytorch_model.bin" in stderr and "safe_serialization=True" in stderr
     assert not list(workdir.glob("*.zip"))
+
+
+def test_the_inputs_checked_here_are_the_ones_a_dock_runs() -> None:
+    """The slices ``pavedock package`` checks are a dock's defaults, not a copy that can drift."""
+    assert Settings.model_fields["validation_inputs"].default == VALIDATION_INPUTS
+    assert Settings.model_fields["spec_fit_inputs"].default == SPEC_FIT_INPUTS
+
+
+def predicted_texts(sources: dict[str, Path], datasets_dir: Path) -> dict[str, list[str]]:
+    """sst2 training texts grouped by what the developer's own pipeline predicts on them."""
+    pipe = joblib.load(sources["sklearn"])
+    texts = [t.replace("\n", " ") for t in load_task(datasets_dir, "sst2", "train", limit=3000, seed=2).texts]
+    grouped: dict[str, list[str]] = {}
+    for text, label in zip(texts, pipe.predict(texts), strict=True):
+        grouped.setdefault(str(label), []).append(text)
+    return grouped
+
+
+def test_inputs_sorted_by_class_fail_here_as_in_the_dock(
+    sources: dict[str, Path], datasets_dir: Path, workdir: Path
+) -> None:
+    """Both classes among all the inputs, but the dock runs the first 512 only: one class there.
+    Checking every input would pass here and be refused by the dock's validation."""
+    grouped = predicted_texts(sources, datasets_dir)
+    assert len(grouped["positive"]) >= VALIDATION_INPUTS
+    sorted_inputs = workdir / "sorted.txt"
+    sorted_inputs.write_text("\n".join(grouped["positive"][:VALIDATION_INPUTS] + grouped["negative"][:40]))
+    code, stdout, stderr = package(
+        str(sources["sklearn"]), "--inputs", str(sorted_inputs), "--license", "MIT", "--out", "bad.zip"
+    )
+    assert code == 2, stdout + stderr
+    assert "predicts a single class (positive: 512)" in stderr, stderr
+    assert f"first {VALIDATION_INPUTS} of your {VALIDATION_INPUTS + 40} inputs" in stderr
+    assert "shuffle" in stderr
+    assert not (workdir / "bad.zip").exists()
+
+
+def test_one_class_where_the_spec_is_fitted_fails_here_as_in_the_dock(
+    sources: dict[str, Path], datasets_dir: Path, workdir: Path
+) -> None:
+    """Validation would see both classes, but the dock fits the spec on the first 256 answers
+    and fails the learnware when they are one class: refused here, with what to do."""
+    grouped = predicted_texts(sources, datasets_dir)
+    inputs = workdir / "late-negatives.txt"
+    inputs.write_text("\n".join(grouped["positive"][:SPEC_FIT_INPUTS] + grouped["negative"][:60]))
+    code, stdout, stderr = package(
+        str(sources["sklearn"]), "--inputs", str(inputs), "--license", "MIT", "--out", "bad.zip"
+    )
+    assert code == 2, stdout + stderr
+    assert (
+        f"the dock fits the spec on the first {SPEC_FIT_INPUTS} inputs, where the model predicts positive only"
+        in (stderr)
+    )
+    assert "shuffle" in stderr
+    assert not (workdir / "bad.zip").exists()
+
+
+def test_a_class_missing_where_the_spec_is_fitted_is_a_warning(
+    sources: dict[str, Path],
+    client: TestClient,
+    keys: Keys,
+    runtime: Runtime,
+    workdir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two of the question classes early, the others late: the dock makes it ready, with a spec
+    blind to the late classes; said before the upload."""
+    import numpy as np
+    import onnxruntime as ort
+
+    # This dock runs what a dock runs by default (the module's settings run fewer, for speed).
+    monkeypatch.setattr(runtime.settings, "validation_inputs", VALIDATION_INPUTS)
+    monkeypatch.setattr(runtime.settings, "spec_fit_inputs", SPEC_FIT_INPUTS)
+    texts = [json.loads(line)["text"] for line in sources["trec"].read_text().splitlines()]
+    session = ort.InferenceSession(str(sources["onnx"]), providers=["CPUExecutionProvider"])
+    feed = {session.get_inputs()[0].name: np.array(texts, dtype=object).reshape(-1, 1)}
+    predicted = [int(c) for c in session.run(None, feed)[0]]
+    names = sources["trec_names"].read_text().split(",")
+    common = sorted(set(predicted), key=predicted.count, reverse=True)
+    early = [t for t, c in zip(texts, predicted, strict=True) if c in common[:2]]
+    late = [t for t, c in zip(texts, predicted, strict=True) if c in common[2:]]
+    # The early classes fill the first 256 (repeated if need be), the others follow.
+    first = (early * (SPEC_FIT_INPUTS // len(early) + 1))[:SPEC_FIT_INPUTS]
+    inputs = workdir / "questions.txt"
+    inputs.write_text("\n".join(first + late[:40]))
+    code, stdout, stderr = package(
+        str(sources["onnx"]), "--inputs", str(inputs), "--license", "MIT", "--label-names", ",".join(names)
+    )
+    assert code == 0, stderr
+    assert (
+        f"the spec is fitted on the first {SPEC_FIT_INPUTS} inputs, where the model never predicts" in stdout
+    )
+    assert names[common[2]] in stdout and "shuffle" in stdout
+    submit_and_run(client, keys, runtime, workdir / "questions.zip")

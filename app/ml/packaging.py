@@ -33,6 +33,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from app.ml.errors import DockError, InvalidInput, InvalidPackage, UnknownBase, UnsafePackage
+from app.ml.model_card import CardFields, onnx_card, read_card
 from app.ml.packages import (
     FORBIDDEN_SUFFIXES,
     Manifest,
@@ -463,10 +464,24 @@ def make_package(req: PackageRequest, progress: Progress | None = None) -> Packa
     if not source.exists():
         raise PackagingError(f"{source} does not exist", "give the model's folder or file")
     fmt = req.format or detect_format(source)
-    if req.license is None or not req.license.strip():
+    notes: list[str] = []
+    card = _card_of(source, fmt)
+    given = req.license is not None and bool(req.license.strip())
+    license = req.license if given else card.license
+    if license is None:
         raise PackagingError(
-            "no licence", "give --license with an SPDX id, e.g. --license Apache-2.0 or --license MIT"
+            "no licence" + (f" (none in {card.where})" if card.where else ""),
+            "give --license with an SPDX id, e.g. --license Apache-2.0 or --license MIT"
+            + (" (or put license: in the model card's front matter)" if source.is_dir() else ""),
         )
+    if not given:
+        notes.append(f"licence from {card.where}: {license}")
+    description = req.description or card.description
+    if description and not req.description:
+        notes.append(f"description from {card.where}: {_shorten(description)}")
+    tags = req.tags or card.tags
+    if tags and not req.tags:
+        notes.append(f"tags from {card.where}: {', '.join(tags)}")
     if req.inputs is None:
         raise PackagingError(
             "no declared inputs: the dock runs the model on them to validate it and fit its spec",
@@ -474,7 +489,6 @@ def make_package(req: PackageRequest, progress: Progress | None = None) -> Packa
             "(a few hundred typical inputs, e.g. from your training set)",
         )
     inputs = read_inputs_file(req.inputs)
-    notes: list[str] = []
     to_manifest: Any = None
     pipeline: Any = None
     try:
@@ -501,11 +515,11 @@ def make_package(req: PackageRequest, progress: Progress | None = None) -> Packa
             manifest = Manifest.model_validate(
                 {
                     "name": req.name or source.stem,
-                    "description": req.description,
-                    "tags": req.tags,
+                    "description": description,
+                    "tags": tags,
                     "label_names": names,
                     "model_format": model_format,
-                    "license": req.license,
+                    "license": license,
                     "inputs": INPUTS_NAME,
                     **extra,
                 }
@@ -540,6 +554,25 @@ def make_package(req: PackageRequest, progress: Progress | None = None) -> Packa
             )
         notes.append(f"the ONNX export agrees with your pipeline on {agreement:.1%} of the declared inputs")
     return PackageResult(out, manifest, len(inputs), run, notes)
+
+
+def _card_of(source: Path, fmt: SourceFormat) -> CardFields:
+    """The manifest fields the model states itself: its model card, or an ONNX doc_string."""
+    if source.is_dir():
+        return read_card(source)
+    if fmt == "onnx":
+        import onnx
+
+        try:  # an unreadable file is reported, with its reason, when its format is read
+            doc = onnx.load(str(source), load_external_data=False).doc_string
+        except Exception:  # protobuf and onnx raise many kinds here
+            return CardFields()
+        return onnx_card(doc) if doc.strip() else CardFields()
+    return CardFields()
+
+
+def _shorten(text: str, width: int = 72) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def check_package(zip_path: Path, progress: Progress | None = None) -> InputsRun:

@@ -417,3 +417,62 @@ def test_a_class_missing_where_the_spec_is_fitted_is_a_warning(
     )
     assert names[common[2]] in stdout and "shuffle" in stdout
     submit_and_run(client, keys, runtime, workdir / "questions.zip")
+
+
+def test_licence_tags_and_description_come_from_the_model_card(
+    sources: dict[str, Path], client: TestClient, keys: Keys, runtime: Runtime, workdir: Path
+) -> None:
+    """A transformers folder with the README.md model card the hub tools write needs no
+    --license, --tags or --description; flags, where given, win."""
+    import shutil
+
+    from huggingface_hub import ModelCard, ModelCardData
+
+    folder = workdir / "carded-model"
+    shutil.copytree(sources["hf"], folder)
+    ModelCard.from_template(
+        ModelCardData(license="apache-2.0", tags=["sentiment", "generated_from_trainer"]),
+        model_description="MiniLM with a linear head, trained on SST-2 movie reviews.",
+    ).save(folder / "README.md")
+    code, stdout, stderr = package(str(folder), "--inputs", str(sources["sst2"]))
+    assert code == 0, stderr
+    assert "licence from README.md: Apache-2.0" in stdout and "tags from README.md: sentiment" in stdout
+    learnware = submit_and_run(client, keys, runtime, workdir / "carded-model.zip")
+    assert learnware["license"] == "Apache-2.0" and learnware["tags"] == ["sentiment"]
+    assert learnware["description"] == "MiniLM with a linear head, trained on SST-2 movie reviews."
+
+    code, stdout, stderr = package(
+        str(folder),
+        "--inputs",
+        str(sources["sst2"]),
+        "--license",
+        "MIT",
+        "--tags",
+        "mine",
+        "--out",
+        "own.zip",
+    )
+    assert code == 0, stderr
+    manifest = yaml.safe_load(zipfile.ZipFile(workdir / "own.zip").read("learnware.yaml"))
+    assert (manifest["license"], manifest["tags"]) == ("MIT", ["mine"])
+
+    (folder / "README.md").write_text("---\nlibrary_name: transformers\n---\n# carded-model\n")
+    code, _, stderr = package(str(folder), "--inputs", str(sources["sst2"]), "--out", "none.zip")
+    assert code == 2 and "no licence (none in README.md)" in stderr and "license:" in stderr, stderr
+
+
+def test_an_onnx_doc_string_is_the_description(sources: dict[str, Path], workdir: Path) -> None:
+    import onnx
+
+    model = onnx.load(str(sources["onnx"]))
+    model.doc_string = "TF-IDF and logistic regression on TREC questions."
+    onnx.save(model, str(workdir / "documented.onnx"))
+    code, stdout, stderr = package(
+        str(workdir / "documented.onnx"),
+        *("--inputs", str(sources["trec"]), "--license", "MIT"),
+        *("--label-names", sources["trec_names"].read_text()),
+    )
+    assert code == 0, stderr
+    assert "description from the ONNX doc_string: TF-IDF" in stdout
+    manifest = yaml.safe_load(zipfile.ZipFile(workdir / "documented.zip").read("learnware.yaml"))
+    assert manifest["description"] == "TF-IDF and logistic regression on TREC questions."

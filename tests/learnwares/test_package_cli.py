@@ -476,3 +476,56 @@ def test_an_onnx_doc_string_is_the_description(sources: dict[str, Path], workdir
     assert "description from the ONNX doc_string: TF-IDF" in stdout
     manifest = yaml.safe_load(zipfile.ZipFile(workdir / "documented.zip").read("learnware.yaml"))
     assert manifest["description"] == "TF-IDF and logistic regression on TREC questions."
+
+
+def fit_pooled_linear(datasets_dir: Path, folder: Path) -> list[str]:
+    """A linear map after MiniLM's pooling, trained as a developer may: ridge regression from each
+    review's pooled embedding onto the frozen base's embedding of its class name (which is what
+    the label-name head then reads). Saved with ``save_linear``; returns the label names."""
+    import torch
+
+    from app.ml.encoders import embed_texts, load_encoder
+    from app.ml.head import LabelNameHead
+    from app.ml.pooled_linear import save_linear
+
+    task = load_task(datasets_dir, "sst2", "train", limit=300, seed=3)
+    encoder = load_encoder("all-MiniLM-L6-v2")
+    x = embed_texts(encoder, task.texts).double()
+    names = LabelNameHead.from_names(encoder, task.label_names).embeddings.double()
+    y = names[torch.as_tensor(task.labels, dtype=torch.long)]
+    # W minimises |x Wᵀ - y|² + λ|W - I|²: the base's reading, bent towards the labelled classes.
+    eye = torch.eye(x.shape[1], dtype=torch.float64)
+    lam = 1.0
+    weight = torch.linalg.solve(x.T @ x + lam * eye, x.T @ y + lam * eye).T
+    save_linear(folder, weight.float())
+    return list(task.label_names)
+
+
+def test_a_pooled_linear_folder_is_accepted_and_becomes_ready(
+    sources: dict[str, Path],
+    datasets_dir: Path,
+    client: TestClient,
+    keys: Keys,
+    runtime: Runtime,
+    workdir: Path,
+) -> None:
+    folder = workdir / "review-map"
+    names = fit_pooled_linear(datasets_dir, folder)
+    args = [
+        str(folder),
+        "--inputs",
+        str(sources["sst2"]),
+        "--license",
+        "MIT",
+        "--label-names",
+        ",".join(names),
+    ]
+    code, _, stderr = package(*args, "--out", "bad.zip")
+    assert code == 2 and "a linear map does not say which base" in stderr and "--base" in stderr, stderr
+    assert not (workdir / "bad.zip").exists()
+    code, stdout, stderr = package(*args, "--base", "all-MiniLM-L6-v2")
+    assert code == 0, stderr
+    assert re.search(r"pavedock submit review-map\.zip\n", stdout), stdout
+    learnware = submit_and_run(client, keys, runtime, workdir / "review-map.zip")
+    assert learnware["model_format"] == "pooled-linear" and learnware["base_model"] == "all-MiniLM-L6-v2"
+    assert learnware["label_names"] == names

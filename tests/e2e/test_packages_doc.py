@@ -40,7 +40,7 @@ def test_the_packages_doc_runs_as_written(processes: Processes, tmp_path: Path) 
     runnable = [
         (lang, code) for lang, code in blocks(DOC.read_text(encoding="utf-8")) if lang in ("bash", "python")
     ]
-    assert sum(1 for lang, code in runnable if "pavedock submit" in code) == 4
+    assert sum(1 for lang, code in runnable if "pavedock submit" in code) == 5  # one per format
     for number, (lang, code) in enumerate(runnable, start=1):
         if lang == "bash":
             args = ["bash", "-euo", "pipefail", "-c", code]
@@ -57,6 +57,12 @@ def test_the_packages_doc_runs_as_written(processes: Processes, tmp_path: Path) 
             assert ": ready" in result.stdout, result.stdout
     with DockClient(dock.url, developer) as client:
         mine = client.learnwares(mine=True).items
-    assert sorted(lw.model_format for lw in mine) == ["hf-seqcls", "onnx", "onnx", "peft-lora"]
+    assert sorted(lw.model_format for lw in mine) == [
+        "hf-seqcls",
+        "onnx",
+        "onnx",
+        "peft-lora",
+        "pooled-linear",
+    ]
     assert {lw.status.value for lw in mine} == {"ready"}
     assert all(lw.weights_sha256 for lw in mine)

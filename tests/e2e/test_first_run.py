@@ -30,6 +30,8 @@ NOISE = (
     "Loading weights",
     "is_gradient_checkpointing",
     "Traceback",
+    "ModuleNotFoundError",  # faiss's loader trying its AVX builds, at INFO
+    "setup plugin",  # alembic's plugin registry, at INFO
 )
 
 
@@ -69,6 +71,7 @@ def test_the_readme_first_screen_on_another_port(
     env["PAVEDOCK_SERVE_FLOWER"] = "true"  # the first screen as `make run` shows it, Flower included
     env["PAVEDOCK_FLOWER_PORT"] = str(free_port())
     for var in (
+        "PAVEDOCK_LOG_LEVEL",  # the first screen at the dock's own levels, as a newcomer sees it
         "PAVEDOCK_URL",
         "PAVEDOCK_PORT",
         "PAVEDOCK_API_KEY",

@@ -64,6 +64,9 @@ HF_MODEL_FILES = re.compile(
 _DEFAULT_LABEL = re.compile(r"^LABEL_\d+$")
 # Share of declared inputs on which the ONNX export must agree with the pipeline.
 MIN_EXPORT_AGREEMENT = 0.99
+# A dock's default upload limit (``Settings.max_upload_bytes``; a test keeps them equal): a
+# bigger package is refused with 413 unless that dock raised its PAVEDOCK_MAX_UPLOAD_BYTES.
+DOCK_MAX_UPLOAD_BYTES = 256 * 1024 * 1024
 
 
 class PackagingError(DockError):
@@ -89,6 +92,8 @@ class PackageRequest:
     description: str = ""
     tags: list[str] = field(default_factory=list)
     base: str | None = None
+    max_upload_bytes: int = DOCK_MAX_UPLOAD_BYTES
+    """The upload limit of the dock it is meant for."""
 
 
 @dataclass
@@ -538,6 +543,13 @@ def make_package(req: PackageRequest, progress: Progress | None = None) -> Packa
         raise PackagingError(
             f"the dock would refuse this package: {exc}", _fix_for(str(exc), fmt, len(inputs))
         ) from exc
+    size = out.stat().st_size
+    if size > req.max_upload_bytes:
+        notes.append(
+            f"warning: the package is {size / 2**20:.0f} MiB, over a dock's default upload limit of "
+            f"{req.max_upload_bytes / 2**20:.0f} MiB: a dock refuses it (413) unless its "
+            "PAVEDOCK_MAX_UPLOAD_BYTES is raised"
+        )
     try:
         notes.extend(_slice_notes(run, manifest.label_names, len(inputs)))
     except PackagingError:

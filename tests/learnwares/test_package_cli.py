@@ -529,3 +529,31 @@ def test_a_pooled_linear_folder_is_accepted_and_becomes_ready(
     learnware = submit_and_run(client, keys, runtime, workdir / "review-map.zip")
     assert learnware["model_format"] == "pooled-linear" and learnware["base_model"] == "all-MiniLM-L6-v2"
     assert learnware["label_names"] == names
+
+
+def test_a_package_over_the_upload_limit_is_said_before_the_upload(
+    sources: dict[str, Path], client: TestClient, keys: Keys, runtime: Runtime, workdir: Path
+) -> None:
+    """The one refusal of a dock's request beside duplicates that a package can meet: its size.
+    Here a dock with a small limit, and the same limit given to make_package."""
+    from app.ml.packaging import DOCK_MAX_UPLOAD_BYTES, PackageRequest, make_package
+
+    assert Settings.model_fields["max_upload_bytes"].default == DOCK_MAX_UPLOAD_BYTES
+    limit = 4096
+    result = make_package(
+        PackageRequest(
+            source=sources["sklearn"],
+            out=workdir / "big.zip",
+            inputs=sources["sst2"],
+            license="MIT",
+            max_upload_bytes=limit,
+        )
+    )
+    assert result.path.stat().st_size > limit
+    assert any(
+        n.startswith("warning: the package is") and "PAVEDOCK_MAX_UPLOAD_BYTES" in n for n in result.notes
+    )
+    runtime.settings.max_upload_bytes = limit  # the dock the warning was for
+    files = {"package": ("big.zip", result.path.read_bytes(), "application/zip")}
+    response = client.post("/v1/learnwares", headers=keys.auth("developer"), files=files)
+    assert response.status_code == 413, response.text

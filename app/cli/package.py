@@ -36,6 +36,8 @@ SOURCE is one of:
 
 --inputs (a .jsonl of {"text": ...} or a .txt of one text per line) are the inputs the dock runs
 your model on to validate it and fit its spec: a few hundred typical ones, of every class.
+A folder's README.md model card (as the Hugging Face tools write it) gives the licence, tags
+and description the flags leave out.
 The package layout and every manifest field: docs/packages.md.
 """
 
@@ -50,7 +52,11 @@ def package(
         Path | None, typer.Option("--inputs", help='declared inputs: .jsonl of {"text": ...} or .txt')
     ] = None,
     license: Annotated[
-        str | None, typer.Option("--license", help="SPDX licence id, e.g. Apache-2.0, MIT, CC-BY-4.0")
+        str | None,
+        typer.Option(
+            "--license",
+            help="SPDX licence id, e.g. Apache-2.0, MIT, CC-BY-4.0 (default: the model card's license:)",
+        ),
     ] = None,
     label_names: Annotated[
         str | None,
@@ -61,8 +67,16 @@ def package(
     name: Annotated[
         str | None, typer.Option("--name", help="learnware name (default: SOURCE's name)")
     ] = None,
-    description: Annotated[str, typer.Option("--description", help="what it does, on what data")] = "",
-    tags: Annotated[str | None, typer.Option("--tags", help="comma-separated tags")] = None,
+    description: Annotated[
+        str,
+        typer.Option(
+            "--description",
+            help="what it does, on what data (default: the card's Model description, or the ONNX doc_string)",
+        ),
+    ] = "",
+    tags: Annotated[
+        str | None, typer.Option("--tags", help="comma-separated tags (default: the model card's tags:)")
+    ] = None,
     base: Annotated[
         str | None,
         typer.Option(

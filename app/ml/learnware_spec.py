@@ -13,8 +13,9 @@ from app.ml.pave import PaveSpec, fit_pave_spec
 from app.ml.progress import Progress
 from app.ml.runners import Runner, load_runner
 from app.ml.spec_space import FitRecipe, SpecSpace
+from app.ml.validation import SPEC_FIT_INPUTS
 
-MAX_SPEC_INPUTS = 256
+MAX_SPEC_INPUTS = SPEC_FIT_INPUTS
 
 
 def fit_learnware_spec(

@@ -33,6 +33,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from app.ml.errors import DockError, InvalidInput, InvalidPackage, UnknownBase, UnsafePackage
+from app.ml.model_card import CardFields, onnx_card, read_card
 from app.ml.packages import (
     FORBIDDEN_SUFFIXES,
     Manifest,
@@ -43,7 +44,7 @@ from app.ml.packages import (
 )
 from app.ml.pooled_linear import LINEAR_DIR, LINEAR_WEIGHTS
 from app.ml.progress import Progress
-from app.ml.validation import InputsRun, require_inputs, run_on_inputs
+from app.ml.validation import SPEC_FIT_INPUTS, VALIDATION_INPUTS, InputsRun, require_inputs, run_on_inputs
 
 SourceFormat = Literal["hf-seqcls", "peft-lora", "sklearn", "onnx", "pooled-linear"]
 SOURCE_FORMATS: tuple[SourceFormat, ...] = ("hf-seqcls", "peft-lora", "sklearn", "onnx", "pooled-linear")
@@ -63,6 +64,9 @@ HF_MODEL_FILES = re.compile(
 _DEFAULT_LABEL = re.compile(r"^LABEL_\d+$")
 # Share of declared inputs on which the ONNX export must agree with the pipeline.
 MIN_EXPORT_AGREEMENT = 0.99
+# A dock's default upload limit (``Settings.max_upload_bytes``; a test keeps them equal): a
+# bigger package is refused with 413 unless that dock raised its PAVEDOCK_MAX_UPLOAD_BYTES.
+DOCK_MAX_UPLOAD_BYTES = 256 * 1024 * 1024
 
 
 class PackagingError(DockError):
@@ -88,6 +92,8 @@ class PackageRequest:
     description: str = ""
     tags: list[str] = field(default_factory=list)
     base: str | None = None
+    max_upload_bytes: int = DOCK_MAX_UPLOAD_BYTES
+    """The upload limit of the dock it is meant for."""
 
 
 @dataclass
@@ -463,10 +469,24 @@ def make_package(req: PackageRequest, progress: Progress | None = None) -> Packa
     if not source.exists():
         raise PackagingError(f"{source} does not exist", "give the model's folder or file")
     fmt = req.format or detect_format(source)
-    if req.license is None or not req.license.strip():
+    notes: list[str] = []
+    card = _card_of(source, fmt)
+    given = req.license is not None and bool(req.license.strip())
+    license = req.license if given else card.license
+    if license is None:
         raise PackagingError(
-            "no licence", "give --license with an SPDX id, e.g. --license Apache-2.0 or --license MIT"
+            "no licence" + (f" (none in {card.where})" if card.where else ""),
+            "give --license with an SPDX id, e.g. --license Apache-2.0 or --license MIT"
+            + (" (or put license: in the model card's front matter)" if source.is_dir() else ""),
         )
+    if not given:
+        notes.append(f"licence from {card.where}: {license}")
+    description = req.description or card.description
+    if description and not req.description:
+        notes.append(f"description from {card.where}: {_shorten(description)}")
+    tags = req.tags or card.tags
+    if tags and not req.tags:
+        notes.append(f"tags from {card.where}: {', '.join(tags)}")
     if req.inputs is None:
         raise PackagingError(
             "no declared inputs: the dock runs the model on them to validate it and fit its spec",
@@ -474,7 +494,6 @@ def make_package(req: PackageRequest, progress: Progress | None = None) -> Packa
             "(a few hundred typical inputs, e.g. from your training set)",
         )
     inputs = read_inputs_file(req.inputs)
-    notes: list[str] = []
     to_manifest: Any = None
     pipeline: Any = None
     try:
@@ -501,11 +520,11 @@ def make_package(req: PackageRequest, progress: Progress | None = None) -> Packa
             manifest = Manifest.model_validate(
                 {
                     "name": req.name or source.stem,
-                    "description": req.description,
-                    "tags": req.tags,
+                    "description": description,
+                    "tags": tags,
                     "label_names": names,
                     "model_format": model_format,
-                    "license": req.license,
+                    "license": license,
                     "inputs": INPUTS_NAME,
                     **extra,
                 }
@@ -521,7 +540,21 @@ def make_package(req: PackageRequest, progress: Progress | None = None) -> Packa
         raise
     except (InvalidPackage, UnsafePackage, InvalidInput, UnknownBase) as exc:
         req.out.unlink(missing_ok=True)
-        raise PackagingError(f"the dock would refuse this package: {exc}", _fix_for(str(exc), fmt)) from exc
+        raise PackagingError(
+            f"the dock would refuse this package: {exc}", _fix_for(str(exc), fmt, len(inputs))
+        ) from exc
+    size = out.stat().st_size
+    if size > req.max_upload_bytes:
+        notes.append(
+            f"warning: the package is {size / 2**20:.0f} MiB, over a dock's default upload limit of "
+            f"{req.max_upload_bytes / 2**20:.0f} MiB: a dock refuses it (413) unless its "
+            "PAVEDOCK_MAX_UPLOAD_BYTES is raised"
+        )
+    try:
+        notes.extend(_slice_notes(run, manifest.label_names, len(inputs)))
+    except PackagingError:
+        req.out.unlink(missing_ok=True)
+        raise
     if to_manifest is not None:
         agreement = float(np.mean(to_manifest(pipeline.predict(inputs[: len(run.labels)])) == run.labels))
         if agreement < MIN_EXPORT_AGREEMENT:
@@ -535,17 +568,68 @@ def make_package(req: PackageRequest, progress: Progress | None = None) -> Packa
     return PackageResult(out, manifest, len(inputs), run, notes)
 
 
+def _card_of(source: Path, fmt: SourceFormat) -> CardFields:
+    """The manifest fields the model states itself: its model card, or an ONNX doc_string."""
+    if source.is_dir():
+        return read_card(source)
+    if fmt == "onnx":
+        import onnx
+
+        try:  # an unreadable file is reported, with its reason, when its format is read
+            doc = onnx.load(str(source), load_external_data=False).doc_string
+        except Exception:  # protobuf and onnx raise many kinds here
+            return CardFields()
+        return onnx_card(doc) if doc.strip() else CardFields()
+    return CardFields()
+
+
+def _shorten(text: str, width: int = 72) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def check_package(zip_path: Path, progress: Progress | None = None) -> InputsRun:
-    """The dock's checks on a package zip: extraction, manifest, layout, runner, inputs."""
+    """The dock's checks on a package zip: extraction, manifest, layout, runner, inputs.
+
+    The model runs on the inputs a dock's validation runs it on: the first VALIDATION_INPUTS.
+    """
     from app.ml.runners import load_runner
 
     with tempfile.TemporaryDirectory(prefix="pavedock-package-") as tmp:
         package = extract_package(zip_path, Path(tmp) / "package", PackageLimits())
         require_inputs(package)
         runner = load_runner(package)
-        texts = package.inputs
+        texts = package.inputs[:VALIDATION_INPUTS]
         report = (lambda done, total: progress(done, total, "")) if progress else None
         return run_on_inputs(runner, package.manifest.label_names, texts, progress=report)
+
+
+def _slice_notes(run: InputsRun, label_names: list[str], n_inputs: int) -> list[str]:
+    """What the dock will use of the declared inputs, where it matters; a spec it cannot fit.
+
+    The dock fits the spec to the model's answers on the first SPEC_FIT_INPUTS inputs and fails
+    the learnware when those are all one class, even though validation saw more.
+    """
+    notes: list[str] = []
+    if n_inputs > VALIDATION_INPUTS:
+        notes.append(
+            f"the dock runs the model on the first {VALIDATION_INPUTS} of your {n_inputs} inputs "
+            "(as checked here); it keeps the others in the package"
+        )
+    early = sorted(set(run.labels[:SPEC_FIT_INPUTS].tolist()))
+    missing = [label_names[c] for c in sorted(set(run.labels.tolist()) - set(early))]
+    if len(early) < 2:
+        raise PackagingError(
+            f"the dock fits the spec on the first {SPEC_FIT_INPUTS} inputs, where the model predicts "
+            f"{label_names[early[0]]} only: its spec stage would fail the learnware",
+            "shuffle the inputs so that inputs of every class come early (--inputs)",
+        )
+    if missing:
+        notes.append(
+            f"warning: the spec is fitted on the first {SPEC_FIT_INPUTS} inputs, where the model "
+            f"never predicts {', '.join(missing)}: users' tasks on those classes will hardly find it; "
+            "shuffle the inputs so that every class comes early"
+        )
+    return notes
 
 
 def _manifest_fix(exc: ValidationError) -> str:
@@ -563,8 +647,13 @@ def _manifest_fix(exc: ValidationError) -> str:
     )
 
 
-def _fix_for(message: str, fmt: SourceFormat) -> str:
+def _fix_for(message: str, fmt: SourceFormat, n_inputs: int) -> str:
     if "predicts a single class" in message:
+        if n_inputs > VALIDATION_INPUTS:
+            return (
+                f"the dock runs the model on the first {VALIDATION_INPUTS} of your {n_inputs} inputs: "
+                "shuffle them so that inputs of every class come early (--inputs)"
+            )
         return "declare inputs of every class the model predicts (--inputs)"
     if "locale" in message:
         return (

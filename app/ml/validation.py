@@ -21,6 +21,11 @@ if TYPE_CHECKING:  # the runners import torch; the API imports this module for r
     from app.ml.runners.base import Runner
 
 PREDICT_BATCH = 64
+# A dock's defaults (``Settings.validation_inputs`` and ``spec_fit_inputs``; a test keeps them
+# equal): validation runs the model on the first VALIDATION_INPUTS declared inputs, the spec is
+# fitted to its answers on the first SPEC_FIT_INPUTS. ``pavedock package`` checks the same slices.
+VALIDATION_INPUTS = 512
+SPEC_FIT_INPUTS = 256
 NO_INPUTS = (
     "the manifest declares no inputs: the dock runs the model on them to validate it "
     "and to fit its spec (add a JSONL of {\"text\": ...} and name it in 'inputs')"

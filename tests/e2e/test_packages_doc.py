@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,8 @@ def test_the_packages_doc_runs_as_written(processes: Processes, tmp_path: Path) 
     runnable = [
         (lang, code) for lang, code in blocks(DOC.read_text(encoding="utf-8")) if lang in ("bash", "python")
     ]
-    assert sum(1 for lang, code in runnable if "pavedock submit" in code) == 4
+    assert sum(1 for lang, code in runnable if "pavedock submit" in code) == 5  # one per format
+    timings: list[str] = []  # how long each step of the page takes, printed with -s
     for number, (lang, code) in enumerate(runnable, start=1):
         if lang == "bash":
             args = ["bash", "-euo", "pipefail", "-c", code]
@@ -48,15 +50,26 @@ def test_the_packages_doc_runs_as_written(processes: Processes, tmp_path: Path) 
             script = work / f"block{number}.py"
             script.write_text(code)
             args = [sys.executable, script.name]
+        started = time.perf_counter()
         result = subprocess.run(args, cwd=work, env=env, capture_output=True, text=True, timeout=900)
+        timings.append(
+            f"block {number:2} ({lang}) {time.perf_counter() - started:6.1f} s  {code.splitlines()[0][:60]}"
+        )
         assert result.returncode == 0, (
             f"block {number} ({lang}) failed:\n{code}\n--- stdout\n{result.stdout}\n--- stderr\n"
             f"{result.stderr[-4000:]}\n--- dock\n{dock.serve.tail()}"
         )
         if "pavedock submit" in code:
             assert ": ready" in result.stdout, result.stdout
+    print("\n".join(timings))
     with DockClient(dock.url, developer) as client:
         mine = client.learnwares(mine=True).items
-    assert sorted(lw.model_format for lw in mine) == ["hf-seqcls", "onnx", "onnx", "peft-lora"]
+    assert sorted(lw.model_format for lw in mine) == [
+        "hf-seqcls",
+        "onnx",
+        "onnx",
+        "peft-lora",
+        "pooled-linear",
+    ]
     assert {lw.status.value for lw in mine} == {"ready"}
     assert all(lw.weights_sha256 for lw in mine)

@@ -24,6 +24,7 @@ from app.jobs.runner import run_stage
 from app.jobs.stages import FIT_LEARNWARE_SPEC, VALIDATE_LEARNWARE
 from app.learnwares import pipeline
 from app.ml.data import load_task
+from app.ml.validation import SPEC_FIT_INPUTS, VALIDATION_INPUTS
 from app.runtime import Runtime
 from app.settings import Settings
 from tests.fixtures.service import Keys
@@ -322,3 +323,237 @@ def test_a_folder_with_pickled_weights_only_says_how_to_save_safetensors(
     assert code == 2
     assert "pytorch_model.bin" in stderr and "safe_serialization=True" in stderr
     assert not list(workdir.glob("*.zip"))
+
+
+def test_the_inputs_checked_here_are_the_ones_a_dock_runs() -> None:
+    """The slices ``pavedock package`` checks are a dock's defaults, not a copy that can drift."""
+    assert Settings.model_fields["validation_inputs"].default == VALIDATION_INPUTS
+    assert Settings.model_fields["spec_fit_inputs"].default == SPEC_FIT_INPUTS
+
+
+def predicted_texts(sources: dict[str, Path], datasets_dir: Path) -> dict[str, list[str]]:
+    """sst2 training texts grouped by what the developer's own pipeline predicts on them."""
+    pipe = joblib.load(sources["sklearn"])
+    texts = [t.replace("\n", " ") for t in load_task(datasets_dir, "sst2", "train", limit=3000, seed=2).texts]
+    grouped: dict[str, list[str]] = {}
+    for text, label in zip(texts, pipe.predict(texts), strict=True):
+        grouped.setdefault(str(label), []).append(text)
+    return grouped
+
+
+def test_inputs_sorted_by_class_fail_here_as_in_the_dock(
+    sources: dict[str, Path], datasets_dir: Path, workdir: Path
+) -> None:
+    """Both classes among all the inputs, but the dock runs the first 512 only: one class there.
+    Checking every input would pass here and be refused by the dock's validation."""
+    grouped = predicted_texts(sources, datasets_dir)
+    assert len(grouped["positive"]) >= VALIDATION_INPUTS
+    sorted_inputs = workdir / "sorted.txt"
+    sorted_inputs.write_text("\n".join(grouped["positive"][:VALIDATION_INPUTS] + grouped["negative"][:40]))
+    code, stdout, stderr = package(
+        str(sources["sklearn"]), "--inputs", str(sorted_inputs), "--license", "MIT", "--out", "bad.zip"
+    )
+    assert code == 2, stdout + stderr
+    assert "predicts a single class (positive: 512)" in stderr, stderr
+    assert f"first {VALIDATION_INPUTS} of your {VALIDATION_INPUTS + 40} inputs" in stderr
+    assert "shuffle" in stderr
+    assert not (workdir / "bad.zip").exists()
+
+
+def test_one_class_where_the_spec_is_fitted_fails_here_as_in_the_dock(
+    sources: dict[str, Path], datasets_dir: Path, workdir: Path
+) -> None:
+    """Validation would see both classes, but the dock fits the spec on the first 256 answers
+    and fails the learnware when they are one class: refused here, with what to do."""
+    grouped = predicted_texts(sources, datasets_dir)
+    inputs = workdir / "late-negatives.txt"
+    inputs.write_text("\n".join(grouped["positive"][:SPEC_FIT_INPUTS] + grouped["negative"][:60]))
+    code, stdout, stderr = package(
+        str(sources["sklearn"]), "--inputs", str(inputs), "--license", "MIT", "--out", "bad.zip"
+    )
+    assert code == 2, stdout + stderr
+    assert (
+        f"the dock fits the spec on the first {SPEC_FIT_INPUTS} inputs, where the model predicts positive only"
+        in (stderr)
+    )
+    assert "shuffle" in stderr
+    assert not (workdir / "bad.zip").exists()
+
+
+def test_a_class_missing_where_the_spec_is_fitted_is_a_warning(
+    sources: dict[str, Path],
+    client: TestClient,
+    keys: Keys,
+    runtime: Runtime,
+    workdir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two of the question classes early, the others late: the dock makes it ready, with a spec
+    blind to the late classes; said before the upload."""
+    import numpy as np
+    import onnxruntime as ort
+
+    # This dock runs what a dock runs by default (the module's settings run fewer, for speed).
+    monkeypatch.setattr(runtime.settings, "validation_inputs", VALIDATION_INPUTS)
+    monkeypatch.setattr(runtime.settings, "spec_fit_inputs", SPEC_FIT_INPUTS)
+    texts = [json.loads(line)["text"] for line in sources["trec"].read_text().splitlines()]
+    session = ort.InferenceSession(str(sources["onnx"]), providers=["CPUExecutionProvider"])
+    feed = {session.get_inputs()[0].name: np.array(texts, dtype=object).reshape(-1, 1)}
+    predicted = [int(c) for c in session.run(None, feed)[0]]
+    names = sources["trec_names"].read_text().split(",")
+    common = sorted(set(predicted), key=predicted.count, reverse=True)
+    early = [t for t, c in zip(texts, predicted, strict=True) if c in common[:2]]
+    late = [t for t, c in zip(texts, predicted, strict=True) if c in common[2:]]
+    # The early classes fill the first 256 (repeated if need be), the others follow.
+    first = (early * (SPEC_FIT_INPUTS // len(early) + 1))[:SPEC_FIT_INPUTS]
+    inputs = workdir / "questions.txt"
+    inputs.write_text("\n".join(first + late[:40]))
+    code, stdout, stderr = package(
+        str(sources["onnx"]), "--inputs", str(inputs), "--license", "MIT", "--label-names", ",".join(names)
+    )
+    assert code == 0, stderr
+    assert (
+        f"the spec is fitted on the first {SPEC_FIT_INPUTS} inputs, where the model never predicts" in stdout
+    )
+    assert names[common[2]] in stdout and "shuffle" in stdout
+    submit_and_run(client, keys, runtime, workdir / "questions.zip")
+
+
+def test_licence_tags_and_description_come_from_the_model_card(
+    sources: dict[str, Path], client: TestClient, keys: Keys, runtime: Runtime, workdir: Path
+) -> None:
+    """A transformers folder with the README.md model card the hub tools write needs no
+    --license, --tags or --description; flags, where given, win."""
+    import shutil
+
+    from huggingface_hub import ModelCard, ModelCardData
+
+    folder = workdir / "carded-model"
+    shutil.copytree(sources["hf"], folder)
+    ModelCard.from_template(
+        ModelCardData(license="apache-2.0", tags=["sentiment", "generated_from_trainer"]),
+        model_description="MiniLM with a linear head, trained on SST-2 movie reviews.",
+    ).save(folder / "README.md")
+    code, stdout, stderr = package(str(folder), "--inputs", str(sources["sst2"]))
+    assert code == 0, stderr
+    assert "licence from README.md: Apache-2.0" in stdout and "tags from README.md: sentiment" in stdout
+    learnware = submit_and_run(client, keys, runtime, workdir / "carded-model.zip")
+    assert learnware["license"] == "Apache-2.0" and learnware["tags"] == ["sentiment"]
+    assert learnware["description"] == "MiniLM with a linear head, trained on SST-2 movie reviews."
+
+    code, stdout, stderr = package(
+        str(folder),
+        "--inputs",
+        str(sources["sst2"]),
+        "--license",
+        "MIT",
+        "--tags",
+        "mine",
+        "--out",
+        "own.zip",
+    )
+    assert code == 0, stderr
+    manifest = yaml.safe_load(zipfile.ZipFile(workdir / "own.zip").read("learnware.yaml"))
+    assert (manifest["license"], manifest["tags"]) == ("MIT", ["mine"])
+
+    (folder / "README.md").write_text("---\nlibrary_name: transformers\n---\n# carded-model\n")
+    code, _, stderr = package(str(folder), "--inputs", str(sources["sst2"]), "--out", "none.zip")
+    assert code == 2 and "no licence (none in README.md)" in stderr and "license:" in stderr, stderr
+
+
+def test_an_onnx_doc_string_is_the_description(sources: dict[str, Path], workdir: Path) -> None:
+    import onnx
+
+    model = onnx.load(str(sources["onnx"]))
+    model.doc_string = "TF-IDF and logistic regression on TREC questions."
+    onnx.save(model, str(workdir / "documented.onnx"))
+    code, stdout, stderr = package(
+        str(workdir / "documented.onnx"),
+        *("--inputs", str(sources["trec"]), "--license", "MIT"),
+        *("--label-names", sources["trec_names"].read_text()),
+    )
+    assert code == 0, stderr
+    assert "description from the ONNX doc_string: TF-IDF" in stdout
+    manifest = yaml.safe_load(zipfile.ZipFile(workdir / "documented.zip").read("learnware.yaml"))
+    assert manifest["description"] == "TF-IDF and logistic regression on TREC questions."
+
+
+def fit_pooled_linear(datasets_dir: Path, folder: Path) -> list[str]:
+    """A linear map after MiniLM's pooling, trained as a developer may: ridge regression from each
+    review's pooled embedding onto the frozen base's embedding of its class name (which is what
+    the label-name head then reads). Saved with ``save_linear``; returns the label names."""
+    import torch
+
+    from app.ml.encoders import embed_texts, load_encoder
+    from app.ml.head import LabelNameHead
+    from app.ml.pooled_linear import save_linear
+
+    task = load_task(datasets_dir, "sst2", "train", limit=300, seed=3)
+    encoder = load_encoder("all-MiniLM-L6-v2")
+    x = embed_texts(encoder, task.texts).double()
+    names = LabelNameHead.from_names(encoder, task.label_names).embeddings.double()
+    y = names[torch.as_tensor(task.labels, dtype=torch.long)]
+    # W minimises |x Wᵀ - y|² + λ|W - I|²: the base's reading, bent towards the labelled classes.
+    eye = torch.eye(x.shape[1], dtype=torch.float64)
+    lam = 1.0
+    weight = torch.linalg.solve(x.T @ x + lam * eye, x.T @ y + lam * eye).T
+    save_linear(folder, weight.float())
+    return list(task.label_names)
+
+
+def test_a_pooled_linear_folder_is_accepted_and_becomes_ready(
+    sources: dict[str, Path],
+    datasets_dir: Path,
+    client: TestClient,
+    keys: Keys,
+    runtime: Runtime,
+    workdir: Path,
+) -> None:
+    folder = workdir / "review-map"
+    names = fit_pooled_linear(datasets_dir, folder)
+    args = [
+        str(folder),
+        "--inputs",
+        str(sources["sst2"]),
+        "--license",
+        "MIT",
+        "--label-names",
+        ",".join(names),
+    ]
+    code, _, stderr = package(*args, "--out", "bad.zip")
+    assert code == 2 and "a linear map does not say which base" in stderr and "--base" in stderr, stderr
+    assert not (workdir / "bad.zip").exists()
+    code, stdout, stderr = package(*args, "--base", "all-MiniLM-L6-v2")
+    assert code == 0, stderr
+    assert re.search(r"pavedock submit review-map\.zip\n", stdout), stdout
+    learnware = submit_and_run(client, keys, runtime, workdir / "review-map.zip")
+    assert learnware["model_format"] == "pooled-linear" and learnware["base_model"] == "all-MiniLM-L6-v2"
+    assert learnware["label_names"] == names
+
+
+def test_a_package_over_the_upload_limit_is_said_before_the_upload(
+    sources: dict[str, Path], client: TestClient, keys: Keys, runtime: Runtime, workdir: Path
+) -> None:
+    """The one refusal of a dock's request beside duplicates that a package can meet: its size.
+    Here a dock with a small limit, and the same limit given to make_package."""
+    from app.ml.packaging import DOCK_MAX_UPLOAD_BYTES, PackageRequest, make_package
+
+    assert Settings.model_fields["max_upload_bytes"].default == DOCK_MAX_UPLOAD_BYTES
+    limit = 4096
+    result = make_package(
+        PackageRequest(
+            source=sources["sklearn"],
+            out=workdir / "big.zip",
+            inputs=sources["sst2"],
+            license="MIT",
+            max_upload_bytes=limit,
+        )
+    )
+    assert result.path.stat().st_size > limit
+    assert any(
+        n.startswith("warning: the package is") and "PAVEDOCK_MAX_UPLOAD_BYTES" in n for n in result.notes
+    )
+    runtime.settings.max_upload_bytes = limit  # the dock the warning was for
+    files = {"package": ("big.zip", result.path.read_bytes(), "application/zip")}
+    response = client.post("/v1/learnwares", headers=keys.auth("developer"), files=files)
+    assert response.status_code == 413, response.text

@@ -134,8 +134,8 @@ def validate(ctx: JobContext) -> None:
         ctx.log(f"loaded the {manifest.model_format} model in {time.perf_counter() - started:.1f} s")
         texts = package.inputs[: settings.validation_inputs]
 
-        def report(done: int, total: int) -> None:
-            ctx.progress(0.05 + 0.3 * done / total, f"running the model on its inputs ({done}/{total})")
+        def report(done: int, total: int, message: str) -> None:
+            ctx.progress(0.05 + 0.3 * done / total, message)
 
         # The dock's own refusals (InvalidPackage) pass through; a library error is the package's.
         with _package_at_fault(f"running the model on its {len(texts)} declared inputs"):

@@ -599,8 +599,7 @@ def check_package(zip_path: Path, progress: Progress | None = None) -> InputsRun
         require_inputs(package)
         runner = load_runner(package)
         texts = package.inputs[:VALIDATION_INPUTS]
-        report = (lambda done, total: progress(done, total, "")) if progress else None
-        return run_on_inputs(runner, package.manifest.label_names, texts, progress=report)
+        return run_on_inputs(runner, package.manifest.label_names, texts, progress=progress)
 
 
 def _slice_notes(run: InputsRun, label_names: list[str], n_inputs: int) -> list[str]:

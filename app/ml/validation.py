@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -16,6 +16,7 @@ import numpy as np
 
 from app.ml.errors import InvalidPackage
 from app.ml.packages import LearnwarePackage
+from app.ml.progress import Progress
 
 if TYPE_CHECKING:  # the runners import torch; the API imports this module for require_inputs
     from app.ml.runners.base import Runner
@@ -56,7 +57,7 @@ def run_on_inputs(
     label_names: Sequence[str],
     texts: Sequence[str],
     *,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Progress | None = None,
 ) -> InputsRun:
     """Run ``runner`` on ``texts``; refuse what the dock refuses.
 
@@ -77,7 +78,8 @@ def run_on_inputs(
         if batch.probs is not None:
             probs.append(batch.probs)
         if progress is not None:
-            progress(min(len(texts), start + PREDICT_BATCH), len(texts))
+            done = min(len(texts), start + PREDICT_BATCH)
+            progress(done, len(texts), f"running the model on its inputs ({done}/{len(texts)})")
     seconds = time.perf_counter() - started
     all_labels = np.concatenate(labels)
     all_probs = np.concatenate(probs) if len(probs) == len(labels) else None

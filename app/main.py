@@ -28,6 +28,7 @@ from app.spec_spaces import endpoints as spec_spaces
 from app.spec_spaces.service import register_spaces
 from app.tasks import endpoints as tasks
 from app.web.router import router as web_pages
+from app.web.session import api_session_key
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,8 @@ PAVE Dock: a learnware dock. Developers submit learnwares (model + PAVE specific
 users post few-shot tasks and get learnwares ranked by the cosine of their specs.
 
 Authenticate with an API key: `Authorization: Bearer pdk_…` or `X-API-Key: pdk_…`.
+A browser signed in on the web pages (`/signin`) is authenticated by its session cookie instead
+(same origin only; a request that changes something also sends the session's `X-CSRF-Token`).
 Errors have one body: `{"error": {"code": "...", "message": "..."}}`.
 """
 
@@ -96,6 +99,8 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     )
     if runtime is not None:
         app.state.runtime = runtime
+    # The API accepts the pages' session cookie as the key (the admin dashboard calls it so).
+    app.state.session_key_resolver = api_session_key
     register_error_handlers(app)
     for router in (
         learnwares.router,

@@ -99,3 +99,17 @@ def test_the_constraints_routes_enforce_are_in_the_document(openapi: dict[str, A
                 assert param["schema"]["minimum"] == 1 and param["schema"]["maximum"] == MAX_ID, (path, param)
             if param["name"] == "page":
                 assert param["schema"]["minimum"] == 1 and "maximum" in param["schema"], path
+
+
+def test_every_keyed_route_says_how_to_authenticate(openapi: dict[str, Any]) -> None:
+    """A key in either header, or a browser's session cookie (how the admin dashboard calls)."""
+    from app.web.session import COOKIE, CSRF_HEADER
+
+    schemes = openapi["components"]["securitySchemes"]
+    assert schemes["APIKeyCookie"]["in"] == "cookie" and schemes["APIKeyCookie"]["name"] == COOKIE
+    assert CSRF_HEADER in schemes["APIKeyCookie"]["description"]
+    assert (schemes["APIKeyHeader"]["name"], schemes["HTTPBearer"]["scheme"]) == ("X-API-Key", "bearer")
+    for method, path, op in operations(openapi):
+        if (method, path) in PUBLIC:
+            continue
+        assert op["security"] == [{"HTTPBearer": []}, {"APIKeyHeader": []}, {"APIKeyCookie": []}], path

@@ -1,8 +1,11 @@
 """The admin dashboard: the ``/admin`` page and its read endpoints under ``/v1/admin/``.
 
-The page holds no data: it asks for an admin key, keeps it in the tab's ``sessionStorage`` and
-sends it as ``X-API-Key`` to the JSON endpoints (these, and the dock's own admin actions it
-calls, need an admin key). A request for the page that carries a non-admin key gets 403.
+The page is signed in as the market's pages are (``app.web.session``): a visitor without a
+session is sent to ``/signin`` and back; a browser signed in with another role's key gets a 403
+page; an admin gets the page, which holds no data. Its script calls the JSON endpoints (these,
+and the dock's own admin actions it calls, need an admin key) with the session cookie, never a
+key, and sends the session's CSRF token (a ``<meta>`` of the page) as ``X-CSRF-Token`` with
+every action. A request for the page that carries a non-admin key in a header gets 403 too.
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request, Security
-from fastapi.responses import HTMLResponse, Response
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.templating import Jinja2Templates
 
 from app.admin import service
 from app.admin.monitor import AdminMonitor, RequestHistory, WorkerInspector
@@ -29,9 +33,12 @@ from app.errors import NotFound
 from app.runtime import Runtime
 from app.settings import Settings
 from app.web.render import refuse_signed_in_non_admin
-from app.web.session import cookie_key
+from app.web.session import CSRF_FIELD, cookie_key, get_codec
 
-STATIC = Path(__file__).parent / "static"
+HERE = Path(__file__).parent
+STATIC = HERE / "static"
+templates = Jinja2Templates(directory=HERE / "templates")
+SIGN_IN = "/signin?next=%2Fadmin"
 _ASSETS = {"admin.js": "text/javascript", "admin.css": "text/css", "favicon.svg": "image/svg+xml"}
 _PAGE_HEADERS = {
     "Content-Security-Policy": (
@@ -89,7 +96,7 @@ def refuse_other_roles(
     bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
     header: Annotated[str | None, Security(_header)],
 ) -> None:
-    """The page is public (it is a sign-in form); a key sent with it must be an admin's."""
+    """A key sent with the page or its assets in a header must be an admin's."""
     token = bearer.credentials if bearer is not None else header
     if token:
         require_role(authenticate(session, token), Role.admin)
@@ -100,11 +107,20 @@ pages = APIRouter(include_in_schema=False, dependencies=[Depends(refuse_other_ro
 
 
 @pages.get("/admin", response_class=HTMLResponse)
-def admin_page(request: Request, session: SessionDep) -> HTMLResponse:
-    refused = refuse_signed_in_non_admin(request, cookie_key(request, session))
+def admin_page(request: Request, session: SessionDep) -> Response:
+    key = cookie_key(request, session)
+    if key is None:
+        return RedirectResponse(SIGN_IN, status_code=303, headers={"Cache-Control": "no-store"})
+    refused = refuse_signed_in_non_admin(request, key)
     if refused is not None:
         return refused
-    return HTMLResponse((STATIC / "admin.html").read_text(encoding="utf-8"), headers=_PAGE_HEADERS)
+    csrf = get_codec(request).csrf(request.state.web_session)
+    return templates.TemplateResponse(
+        request,
+        "admin.html",
+        {"key": key, "csrf": csrf, "csrf_field": CSRF_FIELD},
+        headers=_PAGE_HEADERS,
+    )
 
 
 @pages.get("/admin/static/{name}")

@@ -75,6 +75,12 @@ def authenticate(session: Session, token: str | None) -> ApiKey:
         raise Unauthorized(f"API key {key.prefix} was revoked")
     if key.expires_at is not None and key.expires_at <= now:
         raise Unauthorized(f"API key {key.prefix} expired at {key.expires_at.isoformat()}")
+    return touch(key)
+
+
+def touch(key: ApiKey) -> ApiKey:
+    """Note that ``key`` was used now (at most once a minute: no write per request)."""
+    now = utcnow()
     if key.last_used_at is None or now - key.last_used_at > _TOUCH_EVERY:
         key.last_used_at = now
     return key

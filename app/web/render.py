@@ -141,7 +141,7 @@ class WebRoute(APIRoute):
 
 def refuse_signed_in_non_admin(request: Request, key: ApiKey | None) -> HTMLResponse | None:
     """The admin page for a browser signed in with another role's key: a 403 page, not the
-    dashboard's sign-in form."""
+    dashboard."""
     if key is None or key.role == Role.admin:
         return None
     message = (

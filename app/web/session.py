@@ -10,6 +10,11 @@ a new nonce (no session fixation).
 The CSRF token is an HMAC of the session's nonce: a page gets it in its forms (and htmx sends it
 as ``X-CSRF-Token``); a POST without the token of the cookie it came with is refused. SameSite=
 Strict already keeps other sites' requests from carrying the cookie; the token is the second lock.
+
+The same cookie signs a browser in to the JSON API (``api_session_key``, which the app factory
+hands to ``app.auth``): the admin dashboard's scripts call ``/v1/…`` with it, never with a key.
+There too, a request that changes something must send the session's token as ``X-CSRF-Token``,
+and a browser that says the request comes from another origin (``Sec-Fetch-Site``) is refused.
 """
 
 from __future__ import annotations
@@ -27,9 +32,11 @@ from pathlib import Path
 from typing import Annotated
 
 from fastapi import Depends, Request
+from sqlalchemy.orm import Session
 from starlette.responses import Response
 
 from app.api.deps import SessionDep
+from app.auth.dependencies import SESSION_COOKIE
 from app.db.base import utcnow
 from app.db.models import ApiKey, Role
 from app.errors import Forbidden
@@ -37,10 +44,13 @@ from app.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
-COOKIE = "pavedock_session"
+COOKIE = SESSION_COOKIE
 CSRF_FIELD = "csrf_token"
 CSRF_HEADER = "X-CSRF-Token"
 SECRET_FILE = "web-session.key"
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# ``Sec-Fetch-Site`` values of requests a page of this origin makes, or the user types.
+_OWN_SITE = frozenset({"same-origin", "none"})
 
 
 class SignInRequired(Exception):
@@ -178,7 +188,7 @@ def get_codec(request: Request) -> SessionCodec:
 CodecDep = Annotated[SessionCodec, Depends(get_codec)]
 
 
-def live_key(db: SessionDep, key_id: int) -> ApiKey | None:
+def live_key(db: Session, key_id: int) -> ApiKey | None:
     """The key of a session, if it still may act (not revoked, not expired)."""
     key = db.get(ApiKey, key_id)
     if key is None or key.revoked_at is not None:
@@ -251,3 +261,29 @@ def cookie_key(request: Request, db: SessionDep) -> ApiKey | None:
     if session.key is not None:
         request.state.web_session = session
     return session.key
+
+
+def api_session_key(request: Request, db: Session, cookie: str) -> ApiKey | None:
+    """The key an API request is signed in with by its session cookie (``app.auth``'s
+    ``SessionKeyResolver``), or None without a signed-in session. A request another origin
+    makes, or an unsafe one without the session's ``X-CSRF-Token``, is refused (403)."""
+    codec = get_codec(request)
+    session = codec.decode(cookie)
+    if session is None or session.key_id is None:
+        return None
+    key = live_key(db, session.key_id)
+    if key is None:
+        return None
+    site = request.headers.get("Sec-Fetch-Site")
+    if site is not None and site not in _OWN_SITE:
+        raise CsrfRefused(
+            f"a request from another site ({site}) may not use this browser's session: send an API key"
+        )
+    if request.method not in SAFE_METHODS:
+        given = request.headers.get(CSRF_HEADER)
+        if not given or not hmac.compare_digest(given, codec.csrf(session)):
+            raise CsrfRefused(
+                f"a request signed in by the browser session must send the session's {CSRF_HEADER} "
+                "header (missing or out of date): reload the page and try again"
+            )
+    return key

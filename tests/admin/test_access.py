@@ -1,6 +1,6 @@
 """Only admins use the admin routes: every route under /v1/admin and /admin, listed from the
 app itself (a route added later is covered too), refuses user and developer keys with 403, by
-either header."""
+either header (tests/admin/test_session.py: the same by the browser's session cookie)."""
 
 from __future__ import annotations
 
@@ -113,15 +113,12 @@ def test_an_admin_gets_past_the_check(method: str, path: str, client: TestClient
     assert response.status_code not in (401, 403), response.text
 
 
-def test_the_page_is_a_sign_in_form_without_data(client: TestClient, keys: Keys) -> None:
-    response = client.get("/admin")
-    assert response.status_code == 200
-    assert response.headers["content-type"].startswith("text/html")
-    assert "Admin API key" in response.text
-    policy = response.headers["content-security-policy"]
-    assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy
-    assert response.headers["cache-control"] == "no-store"
-    assert client.get("/admin", headers=keys.auth("admin")).status_code == 200
+def test_the_page_sends_a_visitor_without_a_session_to_sign_in(client: TestClient, keys: Keys) -> None:
+    for headers in ({}, keys.auth("admin")):  # a header key is no browser session
+        response = client.get("/admin", headers=headers, follow_redirects=False)
+        assert response.status_code == 303, response.text
+        assert response.headers["location"] == "/signin?next=%2Fadmin"
+        assert response.headers["cache-control"] == "no-store"
 
 
 def test_assets_are_served_and_nothing_else(client: TestClient) -> None:

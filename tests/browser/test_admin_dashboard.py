@@ -1,8 +1,9 @@
 """The admin dashboard in headless Chromium against a real dock (uvicorn + a Celery worker):
-refuses a developer key, signs in as admin, shows a running job's progress and a failed job's
+sends a visitor to the web sign-in and back, refuses a developer's session, signs in as admin
+(the page and its scripts hold no key: the session is an httpOnly cookie), shows a running job's progress and a failed job's
 reason, retries it (the real worker runs it again), approves a learnware the worker validated,
-rejects another, cancels a job, links to Flower, and leaves a screenshot in
-docs/admin-dashboard.png."""
+rejects another, cancels a job, signs out through the web sign-out, links to Flower, and leaves
+a screenshot in docs/admin-dashboard.png."""
 
 from __future__ import annotations
 
@@ -107,20 +108,31 @@ def test_admin_dashboard_in_chromium(dock: Dock, browser: Any, datasets_dir: Pat
         return driver.find_element(By.CSS_SELECTOR, selector)
 
     def sign_in(token: str) -> None:
-        field = wait_for("the sign-in form", lambda: find("#api-key").is_displayed() and find("#api-key"))
-        field.clear()
+        """From /admin: the web sign-in form, which comes back to /admin."""
+        driver.delete_all_cookies()
+        driver.get(f"{dock.url}/admin")
+        wait_for("the sign-in form", lambda: "/signin?next=%2Fadmin" in driver.current_url)
+        field = wait_for("the key field", lambda: find("#api_key"))
         field.send_keys(token)
         find("#signin-button").click()
+        wait_for("the way back", lambda: driver.current_url == f"{dock.url}/admin")
 
-    driver.get(f"{dock.url}/admin")
     sign_in(dock.developer)
-    error = wait_for("the refusal", lambda: find("#signin-error").text)
-    assert "developer key" in error and "admin key" in error
-    assert not find("#dashboard").is_displayed()
+    assert "403" in find("h1").text
+    assert "needs an admin key" in find("#error-message").text
+    assert not driver.find_elements(By.ID, "dashboard")
 
     sign_in(dock.admin)
     wait_for("the dashboard", lambda: find("#dashboard").is_displayed())
     assert "browser admin" in find("#whoami").text
+    # No key anywhere a script could read it: not in storage (htmx keeps only the sign-in page's
+    # path there), and the session cookie is httpOnly.
+    cookie_text, storage = driver.execute_script(
+        "return [document.cookie, JSON.stringify([{...sessionStorage}, {...localStorage}])]"
+    )
+    assert cookie_text == "" and "pdk_" not in storage, storage
+    [cookie] = driver.get_cookies()
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and dock.admin not in cookie["value"]
 
     # A running job's progress, in the jobs table and beside its worker.
     row = f'#jobs tr[data-job="{running}"]'
@@ -190,14 +202,36 @@ def test_admin_dashboard_in_chromium(dock: Dock, browser: Any, datasets_dir: Pat
     wait_for("the cancellation", lambda: find(f"{row} .badge").text == "cancelled")
     assert job_state(dock, running)["state"] == "cancelled"
 
+    # An action without the session's CSRF token, made from the page itself, is refused.
+    assert fetch_status(driver, f"/v1/admin/jobs/{failed}/retry", "POST") == 403
+
     # Flower, started as `pavedock serve` starts it, behind the dashboard's link.
     link = find("#flower-link")
     assert link.is_displayed() and link.get_attribute("href").rstrip("/") == dock.flower
+
+    # Sign-out is the web sign-out: the session ends for the pages and the API alike.
+    find("#sign-out").click()
+    wait_for("the sign-in form", lambda: driver.current_url.endswith("/signin"))
+    driver.get(f"{dock.url}/admin")
+    assert "/signin?next=%2Fadmin" in driver.current_url
+    assert fetch_status(driver, "/v1/admin/overview", "GET") == 401
     wait_for(
         "Flower to answer", lambda: httpx.get(f"{dock.flower}/healthcheck").status_code == 200, timeout=90
     )
     driver.get(dock.flower)
     wait_for("Flower's page", lambda: "Flower" in driver.title, timeout=30)
+
+
+def fetch_status(driver: Any, path: str, method: str) -> int:
+    """The status of a same-origin request the page's own script makes (cookies included)."""
+    return int(
+        driver.execute_async_script(
+            """const done = arguments[arguments.length - 1];
+            fetch(arguments[0], {method: arguments[1], credentials: "same-origin"}).then((r) => done(r.status));""",
+            path,
+            method,
+        )
+    )
 
 
 def save_screenshot(driver: Any) -> None:

@@ -5,7 +5,8 @@
 - a user signs in, pastes a few-shot task, sees the learnware of that task ranked first, opens
   its page, downloads it, fine-tunes it and follows the job until the result is their own;
 - a user cannot open another user's task or a developer's private learnware by URL;
-- a non-admin gets no admin page (no link, a 403 at /admin); an admin gets the link.
+- a non-admin gets no admin page (no link, a 403 at /admin); an admin gets the link, and the
+  dashboard on the same session (no second sign-in).
 
 With PAVEDOCK_UPDATE_SCREENSHOT=1 each page's screenshot is written to docs/screenshots/.
 """
@@ -542,7 +543,11 @@ def test_only_admins_get_the_admin_page(market: Dock, browser: Any, catalog: dic
     sign_in(driver, market, market.admin)
     assert nav_links(driver)[-1] == "/admin"
     driver.find_element(By.CSS_SELECTOR, 'nav [data-nav="/admin"]').click()
-    wait_for("the dashboard's sign-in form", lambda: driver.find_element(By.ID, "api-key").is_displayed())
+    # The dashboard, on the same session: no second sign-in.
+    wait_for("the dashboard", lambda: driver.find_element(By.ID, "dashboard").is_displayed())
+    assert "browser admin" in driver.find_element(By.ID, "whoami").text
+    assert not driver.find_elements(By.CSS_SELECTOR, "input[type=password]")
+    wait_for("its first refresh", lambda: driver.find_element(By.ID, "updated").text.startswith("Updated"))
 
     # Sign-out ends the session: the pages send the visitor back to the sign-in form.
     driver.get(f"{market.url}/")

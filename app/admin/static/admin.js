@@ -1,16 +1,20 @@
-// PAVE Dock admin dashboard: signs in with an admin API key (kept in sessionStorage, sent as
-// X-API-Key), polls /v1/admin/overview, the jobs list, the review queue and the charts, and
-// calls the dock's own API for every action. All data is written with textContent.
+// PAVE Dock admin dashboard: polls /v1/admin/overview, the jobs list, the review queue and the
+// charts, and calls the dock's own API for every action. It holds no key: the browser's session
+// cookie (httpOnly, set by the sign-in page) authenticates each request, and every action sends
+// the session's CSRF token (the page's <meta name="csrf-token">) as X-CSRF-Token. When the
+// session ends, the page goes to the sign-in form, which comes back here. All data is written
+// with textContent.
 "use strict";
 
-const KEY_STORAGE = "pavedock.adminKey";
+const SIGN_IN = "/signin?next=%2Fadmin";
+const SAFE_METHODS = new Set(["GET", "HEAD"]);
 const POLL_MS = 4000;
 const CHART_POLL_MS = 15000;
 const JOB_STATES = ["queued", "running", "failed", "succeeded", "cancelled"];
 const SVG_NS = "http://www.w3.org/2000/svg";
 
 const state = {
-  key: sessionStorage.getItem(KEY_STORAGE),
+  signedIn: true,
   jobState: "",
   offset: 0,
   limit: 20,
@@ -31,21 +35,28 @@ class ApiError extends Error {
   }
 }
 
+function csrfToken() {
+  const meta = document.querySelector('meta[name="csrf-token"]');
+  return meta ? meta.content : "";
+}
+
 async function api(path, options = {}) {
-  const headers = { Accept: "application/json", "X-API-Key": state.key || "" };
+  const method = options.method || "GET";
+  const headers = { Accept: "application/json" };
+  if (!SAFE_METHODS.has(method)) headers["X-CSRF-Token"] = csrfToken();
   if (options.body !== undefined) headers["Content-Type"] = "application/json";
   const response = await fetch(path, {
-    method: options.method || "GET",
+    method,
     headers,
     body: options.body === undefined ? undefined : JSON.stringify(options.body),
     cache: "no-store",
-    credentials: "omit",
+    credentials: "same-origin",
   });
   const isJson = (response.headers.get("content-type") || "").includes("application/json");
   const body = isJson ? await response.json() : null;
   if (!response.ok) {
     const message = body && body.error ? body.error.message : response.statusText;
-    if (response.status === 401) signOut(`Signed out: ${message}`);
+    if (response.status === 401) sessionEnded();
     throw new ApiError(response.status, message);
   }
   return body;
@@ -123,36 +134,14 @@ function notice(text, ok = true) {
   node.className = ok ? "ok" : "bad";
 }
 
-// ---- sign in and out ----------------------------------------------------------------------
+// ---- the session ends ---------------------------------------------------------------------
 
-function showSignIn(message = "") {
+// Signed out elsewhere, expired, or its key revoked: to the sign-in form, which returns here.
+function sessionEnded() {
+  if (!state.signedIn) return;
+  state.signedIn = false;
   stopPolling();
-  $("dashboard").hidden = true;
-  $("nav").hidden = true;
-  $("signin").hidden = false;
-  $("signin-error").textContent = message;
-  $("api-key").focus();
-}
-
-function signOut(message = "") {
-  sessionStorage.removeItem(KEY_STORAGE);
-  state.key = null;
-  showSignIn(message);
-}
-
-async function signIn(key) {
-  state.key = key;
-  const me = await api("/v1/keys/me");
-  if (me.role !== "admin") {
-    state.key = null;
-    throw new ApiError(403, `This is a ${me.role} key (${me.prefix}); the dashboard needs an admin key.`);
-  }
-  sessionStorage.setItem(KEY_STORAGE, key);
-  $("whoami").textContent = `${me.name} · ${me.prefix}`;
-  $("signin").hidden = true;
-  $("nav").hidden = false;
-  $("dashboard").hidden = false;
-  startPolling();
+  window.location.assign(SIGN_IN);
 }
 
 // ---- polling ------------------------------------------------------------------------------
@@ -164,7 +153,7 @@ function stopPolling() {
 
 function every(ms, fn) {
   const tick = async () => {
-    if (!state.key) return;
+    if (!state.signedIn) return;
     if (!document.hidden) {
       try {
         await fn();
@@ -172,7 +161,7 @@ function every(ms, fn) {
         if (error.status !== 401) notice(`Could not refresh: ${error.message}`, false);
       }
     }
-    if (state.key) state.timers.push(setTimeout(tick, ms));
+    if (state.signedIn) state.timers.push(setTimeout(tick, ms));
   };
   tick();
 }
@@ -590,23 +579,6 @@ async function refreshCharts() {
 // ---- wiring -------------------------------------------------------------------------------
 
 document.addEventListener("DOMContentLoaded", () => {
-  $("signin-form").addEventListener("submit", async (event) => {
-    event.preventDefault();
-    const input = $("api-key");
-    const button = $("signin-button");
-    button.disabled = true;
-    $("signin-error").textContent = "";
-    try {
-      await signIn(input.value.trim());
-      input.value = "";
-    } catch (error) {
-      state.key = null;
-      $("signin-error").textContent = error.message;
-    } finally {
-      button.disabled = false;
-    }
-  });
-  $("sign-out").addEventListener("click", () => signOut());
   $("jobs-prev").addEventListener("click", () => {
     state.offset = Math.max(0, state.offset - state.limit);
     refresh();
@@ -619,9 +591,5 @@ document.addEventListener("DOMContentLoaded", () => {
     state.minutes = Number(event.target.value);
     refreshCharts();
   });
-  if (state.key) {
-    signIn(state.key).catch((error) => signOut(error.message));
-  } else {
-    showSignIn();
-  }
+  startPolling();
 });

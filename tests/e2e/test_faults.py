@@ -41,6 +41,32 @@ def kill_during(database_url: str, job_id: int, stage: str, worker: Proc, timeou
     raise AssertionError(f"job {job_id} did not start {stage} in {timeout:.0f} s")
 
 
+def all_ended_once(
+    database_url: str, expected: int, killed: dict[int, str], processes: Processes
+) -> tuple[list[Job], int]:
+    """Wait for ``expected`` jobs to end; assert each succeeded and ran a stage twice only if it
+    was killed during it (the log's ``attempt n/m of <stage>`` lines). Returns the rows and how
+    many killed stages were re-run."""
+    rows = wait_until(
+        database_url,
+        "all ended",
+        lambda rows: len(rows) == expected and all(r.state.value in ("succeeded", "failed") for r in rows),
+        900,
+    )
+    reruns = 0
+    for row in rows:
+        assert row.state == JobState.succeeded, (row.id, row.kind, row.error, processes.report())
+        claims = [stage for _, stage in (m.groups() for m in map(ATTEMPT.search, row.log) if m)]
+        twice = {stage for stage in claims if claims.count(stage) > 1}
+        if row.id in killed:
+            assert twice == {killed[row.id]}, (row.id, row.log)
+            assert any(f"lost during {killed[row.id]}" in line for line in row.log), row.log
+            reruns += 1
+        else:
+            assert not twice, (row.id, row.log)  # none ran a stage twice
+    return rows, reruns
+
+
 def test_killed_workers_a_restarted_api_and_a_redis_stop_lose_no_job(
     database_url: str,
     redis_server: RedisServer,
@@ -117,25 +143,7 @@ def test_killed_workers_a_restarted_api_and_a_redis_stop_lose_no_job(
 
         submitted = [validating, fitting, indexing, during]
         expected = len(submitted) + 2  # and the two tasks
-        rows = wait_until(
-            database_url,
-            "all ended",
-            lambda rows: (
-                len(rows) == expected and all(r.state.value in ("succeeded", "failed") for r in rows)
-            ),
-            900,
-        )
-        reruns = 0
-        for row in rows:
-            assert row.state == JobState.succeeded, (row.id, row.kind, row.error, processes.report())
-            claims = [stage for _, stage in (m.groups() for m in map(ATTEMPT.search, row.log) if m)]
-            twice = {stage for stage in claims if claims.count(stage) > 1}
-            if row.id in killed:
-                assert twice == {killed[row.id]}, (row.id, row.log)
-                assert any(f"lost during {killed[row.id]}" in line for line in row.log), row.log
-                reruns += 1
-            else:
-                assert not twice, (row.id, row.log)  # none ran a stage twice
+        rows, reruns = all_ended_once(database_url, expected, killed, processes)
         for sub in submitted:
             assert dev.learnware(sub.learnware_id).status.value == "ready"
         for posted in (task, late_task):

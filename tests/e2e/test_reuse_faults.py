@@ -22,9 +22,9 @@ from app.ml.data import few_shot, load_task
 from app.ml.mpnet import MPNET_ALIAS, model_dir
 from app.reuse.schemas import FinetuneCreate, MergeCreate, Shots, TransferCreate
 from tests.e2e.conftest import TEST_ENV, Processes, free_port, uvicorn_proc, wait_ready, worker_proc
-from tests.e2e.test_faults import kill_during
+from tests.e2e.test_faults import all_ended_once, kill_during
 from tests.e2e.test_production_stack import make_key
-from tests.e2e.test_redis_outage import ATTEMPT, database_url, wait_until
+from tests.e2e.test_redis_outage import database_url
 from tests.fixtures.redis_server import RedisServer
 from tests.fixtures.tiny_bases import make_small_mpnet
 
@@ -102,25 +102,7 @@ def test_killed_merge_finetune_and_transfer_jobs_each_register_one_learnware(
 
         # Every reuse job and the ingest job each one queued for its learnware.
         expected = len(lora_packages) + 2 * len(reuse)
-        rows = wait_until(
-            database_url,
-            "all ended",
-            lambda rows: (
-                len(rows) == expected and all(r.state.value in ("succeeded", "failed") for r in rows)
-            ),
-            900,
-        )
-        reruns = 0
-        for row in rows:
-            assert row.state == JobState.succeeded, (row.id, row.kind, row.error, processes.report())
-            claims = [stage for _, stage in (m.groups() for m in map(ATTEMPT.search, row.log) if m)]
-            twice = {stage for stage in claims if claims.count(stage) > 1}
-            if row.id in killed:
-                assert twice == {killed[row.id]}, (row.id, row.log)
-                assert any(f"lost during {killed[row.id]}" in line for line in row.log), row.log
-                reruns += 1
-            else:
-                assert not twice, (row.id, row.log)
+        rows, reruns = all_ended_once(database_url, expected, killed, processes)
         results = {sub.job_id: row.result or {} for sub in reuse for row in rows if row.id == sub.job_id}
         registered = {int(result["learnware_id"]) for result in results.values()}
         assert len(registered) == len(reuse)

@@ -307,8 +307,9 @@ def choose_label_map(
     labels: np.ndarray | None = None,
 ) -> LabelMap | None:
     """By name, else by meaning (given the names' ``similarity``), else by the user's examples
-    (given the model's ``predicted`` classes on them and their ``labels``); None when none applies
-    (fewer model classes than user labels, or nothing to decide by)."""
+    (given the model's ``predicted`` classes on them and their ``labels``); None when none applies:
+    fewer model classes than user labels, nothing to decide by, or only a map no person would
+    accept (`examples_may_map`)."""
     if len(model_names) < len(user_names):
         return None
     by_name = map_by_name(user_names, model_names)
@@ -318,9 +319,23 @@ def choose_label_map(
         by_meaning = map_by_meaning(user_names, model_names, similarity)
         if by_meaning is not None:
             return by_meaning
-    if predicted is not None and labels is not None:
+    if predicted is not None and labels is not None and examples_may_map(user_names, model_names):
         return map_by_examples(predicted, probs, labels, len(user_names), len(model_names))
     return None
+
+
+def examples_may_map(user_names: Sequence[str], model_names: Sequence[str]) -> bool:
+    """Whether the user's examples alone may choose a map from the model's labels to the user's.
+
+    Yes for a relabelling (as many classes: "normal message" for "ham", or codes on either side).
+    Not for picking a few of a larger model's classes whose names mean something other than the
+    user's names: a question-type classifier's "entity" and "description" read as "bad" and
+    "good" can fit a handful of sentiment examples, and no person would accept that map (seen on
+    a held-out market of the identification benchmark). A larger model serves a subset of its
+    labels by name or by meaning."""
+    if len(model_names) == len(user_names):
+        return True
+    return labels_are_codes(user_names) or labels_are_codes(model_names)
 
 
 @dataclass(frozen=True)

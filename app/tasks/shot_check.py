@@ -80,7 +80,13 @@ def shot_check(
                 labels=labels,
             )
             if label_map is None:
-                raise InvalidInput(f"learnware {learnware_id} has fewer classes than the task's labels")
+                raise InvalidInput(
+                    f"learnware {learnware_id} has fewer classes than the task's labels"
+                    if len(model_names) < len(label_names)
+                    else f"learnware {learnware_id}: no label map a person would accept (its labels "
+                    "are not yours by name or meaning, and your examples may not pick a few of its "
+                    f"{len(model_names)} classes for your {len(label_names)} labels)"
+                )
             maps[learnware_id] = label_map
             scores[learnware_id] = held_out_score(predicted.labels, predicted.probs, labels, label_map)
         except (InvalidPackage, InvalidInput, OSError, RuntimeError, ValueError) as error:

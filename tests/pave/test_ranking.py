@@ -16,6 +16,7 @@ from app.ml.ranking import (
     check_count,
     choose_checked,
     choose_label_map,
+    examples_may_map,
     held_out_score,
     labels_are_codes,
     map_by_examples,
@@ -97,6 +98,31 @@ def test_an_inverted_classifier_is_not_rescued_by_a_data_map_when_names_mean_som
     assert coded == LabelMap((1, 0), "examples", 2)
     assert shot_score(predicted, None, labels, coded).accuracy == 1.0
     assert "your examples" in coded.describe()
+
+
+def test_examples_never_pick_a_few_classes_of_a_larger_model_with_other_meanings() -> None:
+    """A question-type classifier's "entity" and "description" fit a few sentiment examples read
+    as "bad" and "good"; no person would accept that map, so none is offered. A relabelling (as
+    many classes) and codes on either side are still the examples' to decide."""
+    trec = ["abbreviation", "entity", "description", "human", "location", "number"]
+    labels = np.array([0, 0, 1, 1])
+    predicted = np.array([1, 1, 2, 2])
+    unrelated = np.full((2, 6), 0.3)  # the names' meaning decides nothing
+    assert (
+        choose_label_map(["bad", "good"], trec, similarity=unrelated, predicted=predicted, labels=labels)
+        is None
+    )
+    assert not examples_may_map(["bad", "good"], trec)
+    coded = choose_label_map(["0", "1"], trec, similarity=None, predicted=predicted, labels=labels)
+    assert coded == LabelMap((1, 2), "examples", 6)
+    assert examples_may_map(["bad", "good"], ["LABEL_0", "LABEL_1", "LABEL_2"])
+    relabel = choose_label_map(
+        ["bad", "good"], ["ham", "spam"], similarity=None, predicted=predicted % 2, labels=labels
+    )
+    assert relabel is not None and relabel.how == "examples"
+    # By name, a larger model still serves a subset of its labels.
+    subset = choose_label_map(["entity", "human"], trec, predicted=predicted, labels=labels)
+    assert subset is not None and subset.how == "names" and subset.restricted
 
 
 def test_map_by_examples_picks_distinct_classes_of_a_larger_model() -> None:

@@ -10,7 +10,8 @@ whether a learnware can serve the user and how well:
 2. **Which label map** turns its answers into the user's labels. By name where the names match;
    by meaning where both sides' names carry meaning and their embeddings agree on one map by a
    clear margin ("good" is "positive"); by the user's examples where the names are codes ("0",
-   "LABEL_1") or do not decide it. A map chosen from data alone can be absurd (an inverted
+   "LABEL_1") or do not decide it, though never to pick a few of a larger model's classes whose
+   names mean something else (`examples_may_map`). A map chosen from data alone can be absurd (an inverted
    spam filter's "ham" onto the user's word for spam), which is why meaning comes first.
 3. **How it does on the user's examples** (the shot check): while the dock holds a few-shot
    task's examples it runs a few of the top candidates on them under their label maps. The

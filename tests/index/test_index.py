@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 
 import numpy as np
@@ -13,6 +12,7 @@ from app.main import create_app
 from app.ml.binary_index import BinarySpecIndex
 from app.runtime import Runtime
 from tests.fixtures.service import Keys, add_ready_learnware
+from tests.pave.test_binary_index import hold_compaction_writes
 
 
 def test_the_index_file_comes_back_after_a_restart_and_catches_up(
@@ -88,15 +88,7 @@ def test_a_request_never_waits_for_the_codes_file_to_be_rewritten(
     space_id, dim = space
     rng = np.random.default_rng(6)
     owner = client.get("/v1/keys/me", headers=keys.auth("developer")).json()["id"]
-    writing, release = threading.Event(), threading.Event()
-    write_rows = BinarySpecIndex._write_rows
-
-    def held(self: BinarySpecIndex, *args: object) -> np.ndarray:
-        writing.set()
-        assert release.wait(30)
-        return write_rows(self, *args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(BinarySpecIndex, "_write_rows", held)
+    writing, release = hold_compaction_writes(monkeypatch)
     first = add_ready_learnware(runtime, owner, "first", np.sign(rng.standard_normal(dim)))
     started = time.monotonic()
     live = runtime.indexes.live(space_id)  # the first sync: its first save is a rewrite

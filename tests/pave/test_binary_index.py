@@ -54,6 +54,21 @@ def brute_force(specs: np.ndarray, query: np.ndarray, k: int) -> list[int]:
     return [int(i) for i in np.lexsort((np.arange(len(specs)), -cos))[:k]]
 
 
+def hold_compaction_writes(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
+    """Hold every compaction at the point it writes its codes file: the first event is set once
+    one is there, and it goes on once the second is set."""
+    writing, release = threading.Event(), threading.Event()
+    write_rows = BinarySpecIndex._write_rows
+
+    def held(self: BinarySpecIndex, *args: object) -> np.ndarray:
+        writing.set()
+        assert release.wait(30)
+        return write_rows(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(BinarySpecIndex, "_write_rows", held)
+    return writing, release
+
+
 def test_packed_signs_give_the_cosine_exactly() -> None:
     rng = np.random.default_rng(1)
     a, b = signs(rng, 2, 1001)  # a dimension that is not a multiple of 8
@@ -257,15 +272,7 @@ def test_compaction_runs_beside_searches_and_changes(tmp_path: Path, monkeypatch
     index.compact()
     index.add(np.arange(3000, 3400), flipped(np.random.default_rng(9), specs[:400], 0.3))  # a tail to fold in
 
-    writing, release = threading.Event(), threading.Event()
-    write_rows = BinarySpecIndex._write_rows
-
-    def held(self: BinarySpecIndex, *args: object) -> np.ndarray:
-        writing.set()
-        assert release.wait(30)
-        return write_rows(self, *args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(BinarySpecIndex, "_write_rows", held)
+    writing, release = hold_compaction_writes(monkeypatch)
     compaction = threading.Thread(target=index.compact, args=(tmp_path / "new.codes.npy",))
     compaction.start()
     assert writing.wait(30)

@@ -105,6 +105,24 @@ def bench_identify(
     typer.echo(json.dumps(result["summary"], indent=2))
 
 
+@bench_app.command("identify-markets")
+def bench_identify_markets(
+    runs: Annotated[
+        list[Path], typer.Argument(help="two or more `bench identify` JSON files, one per market seed")
+    ],
+    out: Out,
+) -> None:
+    """Each kind's identification figures over several market seeds: the mean, the spread over
+    seeds, each market's value and the kinds short of the targets (trains nothing)."""
+    from app.bench.identification_markets import MarketsMismatch, write_combined
+
+    try:
+        combined = write_combined(runs, out)
+    except MarketsMismatch as error:
+        raise typer.BadParameter(str(error)) from error
+    typer.echo(json.dumps(combined["verdict"], indent=2))
+
+
 @bench_app.command("spec-time")
 def bench_spec_time(
     out: Out,

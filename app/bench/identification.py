@@ -529,7 +529,7 @@ def run_identification_benchmark(
                 if top.label_map is None
                 else top.label_map.names(shots.label_names, lws[top.id].label_names),
                 "top1_label_map_how": None if top.label_map is None else top.label_map.how,
-                "top1_reason": top.reason(len(shots)),
+                "top1_reason": top.reason(len(shots), shots.label_names, lws[top.id].label_names),
                 **metrics,
             }
         )

@@ -69,6 +69,9 @@ right in 39; the 5 wrong ones all had margins of 0.04 or less, the right ones up
 (`docs/benchmarks/identification.md`). Chosen on those label sets: a held-back renaming may do
 otherwise."""
 
+MAP_PAIRS_SHOWN = 6
+"""How many of a label map's pairs a match's reason spells out (the full map is in `label_map`)."""
+
 _CODE = re.compile(r"^(?:label|class|cls|category|cat|c|l|y|id)?[\s_\-#:]*\d+$|^[a-z]$", re.IGNORECASE)
 
 MapHow = Literal["names", "meaning", "examples"]
@@ -124,14 +127,25 @@ class LabelMap:
         """The map as the user reads it: the model's label → the user's label."""
         return {model_names[m]: user_names[u] for u, m in enumerate(self.model_class)}
 
-    def describe(self) -> str:
+    def describe(self, user_names: Sequence[str] = (), model_names: Sequence[str] = ()) -> str:
+        """How the map was chosen; given both label sets, a map that is not by name is spelt out,
+        and one the examples chose between meaningful names carries a warning: the names' meaning
+        cannot vouch for it ("ham" answering "positive" fits some examples and reads wrong)."""
         how = {
             "names": "labels matched by name",
             "meaning": "labels matched by the meaning of their names",
             "examples": "labels mapped by your examples (the names do not decide it; its accuracy "
             "there scores each example under the map chosen on the others)",
         }[self.how]
-        return how + (", answers restricted to your labels" if self.restricted else "")
+        text = how + (", answers restricted to your labels" if self.restricted else "")
+        if self.how == "names" or not user_names or not model_names:
+            return text
+        pairs = [f"its {model_names[m]!r} is your {user_names[u]!r}" for u, m in enumerate(self.model_class)]
+        shown = ", ".join(pairs[:MAP_PAIRS_SHOWN]) + (", …" if len(pairs) > MAP_PAIRS_SHOWN else "")
+        text += f" ({shown})"
+        if self.how == "examples" and not (labels_are_codes(user_names) or labels_are_codes(model_names)):
+            text += "; its names do not say so: check that the map fits your task before you use it"
+        return text
 
 
 def map_by_name(user_names: Sequence[str], model_names: Sequence[str]) -> LabelMap | None:
@@ -451,8 +465,11 @@ class Ranked:
     def beats_chance(self) -> bool:
         return self.shot is not None and self.shot.accuracy > self.chance + 1e-9
 
-    def reason(self, n_examples: int = 0) -> str:
-        """One line a user can read: why this match is where it is."""
+    def reason(
+        self, n_examples: int = 0, user_names: Sequence[str] = (), model_names: Sequence[str] = ()
+    ) -> str:
+        """One line a user can read: why this match is where it is (with both label sets, a map
+        not by name is spelt out: `LabelMap.describe`)."""
         parts = []
         if self.shot is not None:
             verdict = "" if self.beats_chance else " (no better than chance: ranked after unchecked ones)"
@@ -464,7 +481,7 @@ class Ranked:
         if self.tier == Tier.CANNOT:
             parts.append("cannot answer: it has fewer classes than your task has labels")
         elif self.label_map is not None:
-            parts.append(self.label_map.describe())
+            parts.append(self.label_map.describe(user_names, model_names))
         elif self.tier == Tier.LABEL_MAP:
             parts.append("other label names: may answer through a label map (not checked)")
         parts.append(f"spec similarity {self.score:.3f}")

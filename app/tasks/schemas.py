@@ -84,7 +84,7 @@ class MatchRead(BaseModel):
     shot_log_likelihood: float | None = Field(
         default=None,
         description="the mean log-probability it gave the true labels of the task's examples (each "
-        "at least log 0.001): orders the checked matches, so a model right by luck but unsure ranks "
+        "at least the log of half of chance, 0.5 / the task's label count): orders the checked matches, so a model right by luck but unsure ranks "
         "below one right and sure; None where the shot check did not run it",
     )
     spec_recomputed: bool | None = Field(

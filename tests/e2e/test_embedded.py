@@ -73,6 +73,8 @@ def test_serve_runs_the_dock_on_one_machine(
     )
     assert top.label_map == label_map.names(renamed, list(runner.label_names))
     assert top.label_map_how == "examples" and "your examples" in top.reason
+    first_model_label, first_code = next(iter(top.label_map.items()))
+    assert f"its {first_model_label!r} is your {first_code!r}" in top.reason  # the map, spelt out
     shots = tmp_path / "shots.jsonl"
     shots.write_text(
         "".join(

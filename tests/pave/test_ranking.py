@@ -100,6 +100,32 @@ def test_an_inverted_classifier_is_not_rescued_by_a_data_map_when_names_mean_som
     assert "your examples" in coded.describe()
 
 
+def test_a_map_not_by_name_is_spelt_out_and_one_the_examples_chose_between_meanings_is_flagged() -> None:
+    """A sentiment model relabelled onto a spam user's "ham" / "spam" by their examples fits them
+    and reads wrong: the reason names the pairs and says the names do not vouch for them. Codes,
+    a map by meaning and one by name get no warning."""
+    relabel = LabelMap((1, 0), "examples", 2)
+    text = relabel.describe(["ham", "spam"], ["negative", "positive"])
+    assert "its 'positive' is your 'ham', its 'negative' is your 'spam'" in text
+    assert "check that the map fits your task" in text
+    coded = relabel.describe(["0", "1"], ["negative", "positive"])
+    assert "its 'positive' is your '0'" in coded and "check" not in coded
+    meaning = LabelMap((0, 1), "meaning", 2).describe(["bad", "good"], ["negative", "positive"])
+    assert "its 'negative' is your 'bad'" in meaning and "check" not in meaning
+    assert LabelMap((0, 1), "names", 2).describe(["a", "b"], ["a", "b"]) == "labels matched by name"
+    many = LabelMap(tuple(range(8)), "meaning", 8).describe(
+        [f"u{i}x" for i in range(8)], [f"m{i}x" for i in range(8)]
+    )
+    assert many.count(" is your ") == 6 and many.endswith("…)")
+    ranked = rank_for_task(
+        [Candidate(1, 0.4, ("negative", "positive"))],
+        ["ham", "spam"],
+        maps={1: relabel},
+        shots={1: ShotScore(0.9, 0.8, -0.3)},
+    )
+    assert "its 'positive' is your 'ham'" in ranked[0].reason(16, ["ham", "spam"], ["negative", "positive"])
+
+
 def test_examples_never_pick_a_few_classes_of_a_larger_model_with_other_meanings() -> None:
     """A question-type classifier's "entity" and "description" fit a few sentiment examples read
     as "bad" and "good"; no person would accept that map, so none is offered. A relabelling (as

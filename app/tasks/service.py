@@ -176,7 +176,9 @@ def present(
                 "shot_confidence": None if match.shot is None else match.shot.confidence,
                 "shot_log_likelihood": None if match.shot is None else match.shot.log_likelihood,
                 "spec_recomputed": learnware.spec_recomputed,
-                "reason": match.reason(n_examples, label_names, names) if label_names else f"spec similarity {match.score:.3f}",
+                "reason": match.reason(n_examples, label_names, names)
+                if label_names
+                else f"spec similarity {match.score:.3f}",
                 "tags": list(learnware.tags),
             }
         )

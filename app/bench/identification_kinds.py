@@ -9,6 +9,11 @@ Each kind is its own row (BENCHMARK.md, "Identification"); the headline is the m
 - ``4 shots``, ``16 shots``: fewer or more examples per class;
 - ``label subset``: half the classes (at least two) of a task with four or more, named as the
   learnware names them: a learnware of the whole task serves by restricting its answers;
+- ``label subset, synonyms``: the same classes named otherwise, so the subset must be found by
+  the names' meaning (or not at all: the examples never pick a few of a larger model's classes);
+- ``superset``: the same-names users of a task whose labels contain another market task's (five
+  sentiment grades hold "negative" and "positive"): the smaller task's learnwares cannot answer
+  them, however close their specs;
 - ``no own learnware``: every learnware of the user's task removed, the best of the rest that
   answers the user's labels is the oracle;
 - ``spec only``: the user uploads a locally fitted spec and keeps the examples (no shot check).
@@ -43,6 +48,7 @@ from app.ml.ranking import (
     choose_label_map,
     held_out_score,
     map_by_name,
+    normalise_label,
     originals_first,
     rank_for_task,
     tier_of,
@@ -112,6 +118,8 @@ KINDS = (
     "4 shots",
     "16 shots",
     "label subset",
+    "label subset, synonyms",
+    "superset",
     "no own learnware",
     "spec only",
 )
@@ -151,6 +159,12 @@ def users(market: Market, seeds: tuple[int, ...], kinds: tuple[str, ...] = KINDS
         names = list(train.label_names)
         every = list(range(len(names)))
         own = frozenset(lw.id for lw in market.learnwares if lw.task == task_name)
+        mine = {normalise_label(n) for n in names}
+        contains_another = any(
+            {normalise_label(n) for n in other.label_names} < mine
+            for other_name, other in market.tasks.items()
+            if other_name != task_name
+        )
         for seed in seeds:
             shots8 = few_shot(train, per_class=8, max_total=64, seed=seed)
             present = sorted(set(shots8.labels.tolist()))
@@ -173,19 +187,18 @@ def users(market: Market, seeds: tuple[int, ...], kinds: tuple[str, ...] = KINDS
                     per_class = int(kind.split()[0])
                     shots = few_shot(train, per_class=per_class, max_total=64, seed=seed)
                     yield User(kind, task_name, seed, _relabel(shots, every, names), tuple(every))
-                elif kind == "label subset" and len(names) >= 4 and len(present) >= 4:
-                    rng = np.random.default_rng([seed, 4242])
+                elif kind.startswith("label subset") and len(names) >= 4 and len(present) >= 4:
+                    rng = np.random.default_rng([seed, 4242])  # both subset kinds: the same classes
                     chosen = sorted(
                         rng.choice(present, size=max(2, len(present) // 2), replace=False).tolist()
                     )
                     few = few_shot(train.subset(np.flatnonzero(np.isin(train.labels, chosen))), seed=seed)
-                    yield User(
-                        kind,
-                        task_name,
-                        seed,
-                        _relabel(few, chosen, [names[c] for c in chosen]),
-                        tuple(chosen),
-                    )
+                    subset_names = [names[c] for c in chosen]
+                    if kind.endswith("synonyms"):
+                        subset_names = _renamed(subset_names, SYNONYMS)
+                    yield User(kind, task_name, seed, _relabel(few, chosen, subset_names), tuple(chosen))
+                elif kind == "superset" and contains_another:
+                    yield User(kind, task_name, seed, _relabel(shots8, every, names), tuple(every))
                 elif kind == "no own learnware":
                     yield User(
                         kind, task_name, seed, _relabel(shots8, every, names), tuple(every), exclude=own

@@ -21,7 +21,14 @@ bench_app = typer.Typer(
     no_args_is_help=True, help="Benchmarks on the real datasets (JSON + Markdown + plot)."
 )
 
-Profile = Annotated[str, typer.Option("--profile", help="quick (minutes) or full (all tasks)")]
+Profile = Annotated[
+    str,
+    typer.Option(
+        "--profile",
+        help="quick (minutes) or full (all tasks); identify also takes cover (label sets that "
+        "contain one another, many-class subsets)",
+    ),
+]
 Out = Annotated[Path, typer.Option("--out", help="JSON file to write; .md and .png are written beside it")]
 Datasets = Annotated[
     Path | None, typer.Option("--datasets", help="datasets folder (default: settings / ../shared/datasets)")

@@ -36,7 +36,13 @@ def test_smoke_profile_writes_every_key_the_issue_asks_for(datasets_dir: Path, t
     assert {"same names", "synonyms", "codes", "case and order", "french", "4 shots", "16 shots"} <= set(
         kinds
     )
-    assert {"spec only", "label subset", "no own learnware", "mean over kinds"} <= set(kinds)
+    assert {
+        "spec only",
+        "label subset",
+        "label subset, synonyms",
+        "no own learnware",
+        "mean over kinds",
+    } <= set(kinds)
     for kind, row in kinds.items():
         for key in ("oracle_agreement_at1", "normalized_accuracy", "hit_at1"):
             assert row[key] != row[key] or 0.0 <= row[key] <= 1.0 + 1e-9, (kind, key)  # NaN: no user applies

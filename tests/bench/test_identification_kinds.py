@@ -1,0 +1,76 @@
+"""The identification benchmark's kinds of user task, generated from real datasets: which users
+each kind yields and how they name their classes (no model is trained here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from app.bench import identification_kinds as kinds
+from app.bench.identification import COVER_TASKS, PROFILES
+from app.ml.data import TextTask, load_task
+from app.ml.ranking import Tier, normalise_label, tier_of
+
+
+@dataclass
+class _Learnware:
+    id: int
+    task: str
+    variant: str
+    label_names: list[str]
+
+
+class _Market:
+    """The part of the benchmark's market `kinds.users` reads: tasks and who holds which."""
+
+    def __init__(self, datasets: Path, names: tuple[str, ...]):
+        self.tasks: dict[str, TextTask] = {
+            n: load_task(datasets, n, "train", limit=600, seed=0) for n in names
+        }
+        self.tests = self.tasks
+        self.learnwares = [
+            _Learnware(i, n, "good", list(self.tasks[n].label_names)) for i, n in enumerate(names)
+        ]
+
+
+@pytest.fixture(scope="module")
+def market(datasets_dir: Path) -> _Market:
+    return _Market(datasets_dir, ("sst2", "tweet_sentiment", "trec"))
+
+
+def test_superset_users_are_those_whose_labels_contain_another_tasks(market: _Market) -> None:
+    supersets = [u for u in kinds.users(market, (0, 1)) if u.kind == "superset"]
+    assert {u.task for u in supersets} == {"tweet_sentiment"}  # "negative", "positive" ⊂ its three
+    assert len(supersets) == 2
+    sst2 = market.learnwares[0]
+    for user in supersets:
+        assert user.shots.label_names == market.tasks["tweet_sentiment"].label_names
+        assert tier_of(user.shots.label_names, sst2.label_names) == Tier.CANNOT
+
+
+def test_renamed_subset_users_ask_for_the_same_classes_under_other_names(market: _Market) -> None:
+    users = list(kinds.users(market, (0, 1, 2)))
+    plain = {(u.task, u.seed): u for u in users if u.kind == "label subset"}
+    renamed = {(u.task, u.seed): u for u in users if u.kind == "label subset, synonyms"}
+    assert set(plain) == set(renamed) == {("trec", s) for s in (0, 1, 2)}  # four classes or more
+    trec = market.tasks["trec"].label_names
+    for key, user in renamed.items():
+        assert user.classes == plain[key].classes and 2 <= len(user.classes) < len(trec)
+        assert list(user.shots.labels) == list(plain[key].shots.labels)
+        wanted = [kinds.SYNONYMS[trec[c]] for c in user.classes]
+        assert user.shots.label_names == wanted
+        assert not {normalise_label(n) for n in wanted} & {normalise_label(n) for n in trec}
+        assert tier_of(user.shots.label_names, trec) == Tier.LABEL_MAP
+
+
+def test_the_cover_profile_holds_label_sets_that_contain_one_another(datasets_dir: Path) -> None:
+    profile = PROFILES["cover"]
+    assert profile.tasks == COVER_TASKS
+    names = {
+        n: {normalise_label(x) for x in load_task(datasets_dir, n, "test", limit=1).label_names}
+        for n in COVER_TASKS
+    }
+    assert names["sst2"] < names["tweet_sentiment"] < names["sst5"]
+    assert len(names["banking77"]) == 77 and len(names["clinc150"]) == 150

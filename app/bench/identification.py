@@ -833,7 +833,8 @@ def render_markdown(result: dict[str, Any]) -> str:
         "Tiers by what a learnware can answer, then the spec's cosine, the top "
         f"{SHOT_CHECK_K} distinct candidates ({SHOT_CHECK_K_UNNAMED} where none answers the user's "
         "labels by name) checked on the user's examples (not for spec-only users) under the label "
-        "map the dock chooses, ordered by the mean log-probability they give the user's labels. "
+        "map the dock chooses, ordered by the mean log-probability they give the user's labels, less "
+        "the description length of a map the examples chose (`map_cost`). "
         "Mean over users; ± the standard deviation of the "
         "per-seed means over the user seeds; the headline is the mean over kinds.",
         "",

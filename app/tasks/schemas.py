@@ -32,7 +32,8 @@ class MatchRead(BaseModel):
     """One ranked learnware and why it is where it is.
 
     Order of a task's matches: those the shot check ran on the task's examples and that did
-    better than chance, by `shot_log_likelihood` (then `shot_accuracy`); then the unchecked ones by
+    better than chance, by `shot_log_likelihood` less `shot_map_cost` (then `shot_accuracy`); then
+    the unchecked ones by
     `tier` (labels-by-name, then label-map), each tier by `score`; then checked ones that did no
     better than chance; then those that cannot answer (`tier` cannot-answer). `score` is the spec
     cosine alone, so it is not in rank order; `reason` says in one line what placed each match.
@@ -86,6 +87,12 @@ class MatchRead(BaseModel):
         description="the mean log-probability it gave the true labels of the task's examples (each "
         "at least the log of half of chance, 0.5 / the task's label count): orders the checked matches, so a model right by luck but unsure ranks "
         "below one right and sure; None where the shot check did not run it",
+    )
+    shot_map_cost: float | None = Field(
+        default=None,
+        description="nats per example taken off `shot_log_likelihood` for a label map the task's "
+        "examples chose: the log of the number of maps they chose among, over the examples (0 for "
+        "a map by name or by meaning); None where the shot check did not run it",
     )
     spec_recomputed: bool | None = Field(
         default=None,

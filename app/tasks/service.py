@@ -175,6 +175,7 @@ def present(
                 "shot_accuracy": None if match.shot is None else match.shot.accuracy,
                 "shot_confidence": None if match.shot is None else match.shot.confidence,
                 "shot_log_likelihood": None if match.shot is None else match.shot.log_likelihood,
+                "shot_map_cost": None if match.shot is None else match.shot.map_cost,
                 "spec_recomputed": learnware.spec_recomputed,
                 "reason": match.reason(n_examples, label_names, names)
                 if label_names

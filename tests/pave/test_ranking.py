@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -22,6 +24,7 @@ from app.ml.ranking import (
     map_by_examples,
     map_by_meaning,
     map_by_name,
+    map_cost,
     originals_first,
     rank_for_task,
     shot_score,
@@ -299,3 +302,43 @@ def test_a_map_chosen_by_the_examples_is_scored_leaving_each_one_out() -> None:
     assert held_out_score(predicted % 2, None, labels, by_name) == shot_score(
         predicted % 2, None, labels, by_name
     )
+
+
+def test_a_map_the_examples_chose_costs_its_description_length() -> None:
+    """log(number of injective maps) / examples: a two-class relabelling log 2, two of a six-class
+    model's classes log 30; a map by name or meaning costs nothing."""
+    assert map_cost(2, 2, 16) == pytest.approx(math.log(2) / 16)
+    assert map_cost(2, 6, 16) == pytest.approx(math.log(30) / 16)
+    assert map_cost(77, 77, 64) == pytest.approx(math.lgamma(78) / 64)
+    assert map_cost(3, 2, 16) == 0.0 and map_cost(2, 2, 0) == 0.0
+    labels = np.array([0, 0, 0, 0, 1, 1, 1, 1])
+    named = held_out_score(labels, None, labels, LabelMap((0, 1), "names", 2))
+    assert named.map_cost == 0.0 and named.score == named.log_likelihood
+    relabel = held_out_score(1 - labels, None, labels, LabelMap((1, 0), "examples", 2))
+    assert relabel.map_cost == pytest.approx(math.log(2) / 8)
+    assert relabel.score == pytest.approx(relabel.log_likelihood - relabel.map_cost)
+
+
+def test_a_lucky_fit_of_a_larger_model_restricted_to_codes_loses_to_a_relabelling() -> None:
+    """Sixteen examples named "0" / "1". A six-class model restricted to two of its classes (one of
+    30 maps) fits one example more than a two-class model relabelled (one of 2 maps): its cost
+    is higher by log 15 / 16 ≈ 0.17 nats an example, more than the one example buys, so the
+    relabelling comes first; with names that decide, the larger model keeps no edge it did not earn."""
+    labels = np.array([0] * 8 + [1] * 8)
+    binary = labels.copy()
+    binary[[0, 8, 9]] = 1 - binary[[0, 8, 9]]  # 13 of 16 right
+    six = np.where(labels == 0, 4, 2)
+    six[[0, 8]] = np.array([2, 4])  # 14 of 16 right, through classes 4 and 2 of six
+    users = ["0", "1"]
+    small = choose_label_map(users, ["neg", "pos"], predicted=binary, labels=labels)
+    large = choose_label_map(users, [f"c{i}" for i in range(6)], predicted=six, labels=labels)
+    assert small is not None and large is not None and large.model_class == (4, 2)
+    small_score = held_out_score(binary, None, labels, small)
+    large_score = held_out_score(six, None, labels, large)
+    assert large_score.accuracy > small_score.accuracy
+    assert large_score.log_likelihood > small_score.log_likelihood
+    assert large_score.score < small_score.score
+    ordered = [Candidate(1, 0.3, tuple(f"c{i}" for i in range(6))), Candidate(2, 0.2, ("neg", "pos"))]
+    ranked = rank_for_task(ordered, users, maps={1: large, 2: small}, shots={1: large_score, 2: small_score})
+    assert [r.id for r in ranked] == [2, 1]
+    assert f"less {large_score.map_cost:.2f} for the label map your examples chose" in ranked[1].reason(16)

@@ -12,7 +12,7 @@ import pytest
 from app.client import DockClient
 from app.ml.data import few_shot, load_task
 from app.ml.packages import extract_package
-from app.ml.ranking import map_by_examples
+from app.ml.ranking import map_by_examples, map_cost
 from app.ml.runners import load_runner
 from tests.e2e.conftest import Proc, Processes, pavedock, start_embedded, wait_ready
 
@@ -75,6 +75,8 @@ def test_serve_runs_the_dock_on_one_machine(
     assert top.label_map_how == "examples" and "your examples" in top.reason
     first_model_label, first_code = next(iter(top.label_map.items()))
     assert f"its {first_model_label!r} is your {first_code!r}" in top.reason  # the map, spelt out
+    assert top.shot_map_cost == pytest.approx(map_cost(len(renamed), len(renamed), len(query)))
+    assert top.shot_map_cost is not None and f"less {top.shot_map_cost:.2f} for the label map" in top.reason
     shots = tmp_path / "shots.jsonl"
     shots.write_text(
         "".join(

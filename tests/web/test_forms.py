@@ -153,6 +153,31 @@ def _ranked_task(runtime: Runtime, keys: Keys, space_id: str) -> tuple[int, int]
         return task.id, adapter
 
 
+def test_a_map_the_examples_chose_shows_its_cost_and_older_results_still_render(
+    client: TestClient, keys: Keys, runtime: Runtime, space: tuple[str, int]
+) -> None:
+    task_id, _ = _ranked_task(runtime, keys, space[0])
+    sign_in(client, keys.user)
+    page = client.get(f"/tasks/{task_id}")  # stored before shot_map_cost existed
+    assert page.status_code == 200 and "for the map your examples chose" not in page.text
+    with runtime.db.session() as session:
+        task = session.get(UserTask, task_id)
+        assert task is not None and task.results is not None
+        task.results = [
+            {
+                **task.results[0],
+                "label_map": {"negative": "0", "positive": "1"},
+                "label_map_how": "examples",
+                "shot_log_likelihood": -0.42,
+                "shot_map_cost": 0.17,
+            }
+        ]
+    page = client.get(f"/tasks/{task_id}")
+    assert "less the label map&#39;s cost" in page.text or "less the label map's cost" in page.text
+    assert "-0.42 − 0.17 for the map your examples chose" in page.text
+    assert "negative → 0" in page.text
+
+
 def test_a_ranked_task_shows_what_the_api_says_and_starts_a_fine_tune(
     client: TestClient, keys: Keys, runtime: Runtime, space: tuple[str, int]
 ) -> None:

@@ -130,6 +130,20 @@ def bench_identify_markets(
     typer.echo(json.dumps(combined["verdict"], indent=2))
 
 
+@bench_app.command("label-maps")
+def bench_label_maps(
+    out: Out,
+    datasets: Datasets = None,
+    margin: Annotated[list[float] | None, typer.Option(help="also count at these margins")] = None,
+) -> None:
+    """How often the names' meaning picks the right label map, and what the margin lets through
+    (renamed label sets of the shared datasets; trains nothing)."""
+    from app.bench.label_maps import run_label_map_benchmark
+
+    result = run_label_map_benchmark(out, datasets_dir(datasets), tuple(margin or ()))
+    typer.echo(json.dumps(result["at_margin"], indent=2))
+
+
 @bench_app.command("spec-time")
 def bench_spec_time(
     out: Out,

@@ -86,6 +86,24 @@ def test_map_by_meaning_needs_a_clear_margin_and_no_codes() -> None:
         map_by_meaning(user, model, np.zeros((3, 2)))
 
 
+def test_the_meaning_margin_is_per_label_moved_so_many_labels_do_not_dilute_it() -> None:
+    """Forty renamed intents, each clearly its own (0.8 against 0.3 for every other name): any
+    other map moves at least one label and loses at least 0.5 per label moved. Taken per user
+    label, that margin was 1.0 / 40 = 0.025 and the meaning never decided a large label set."""
+    n = 40
+    clear = np.full((n, n), 0.3) + 0.5 * np.eye(n)
+    user, model = [f"intent {i}" for i in range(n)], [f"the intent {i}" for i in range(n)]
+    assert map_by_meaning(user, model, clear) == LabelMap(tuple(range(n)), "meaning", n)
+    # A half of a larger model's classes, by meaning: each moved to an unused class loses 0.5.
+    half = clear[::2]
+    found = map_by_meaning(user[::2], model, half)
+    assert found is not None and found.model_class == tuple(range(0, n, 2)) and found.restricted
+    # One pair that is not clear (either way round as close) is enough to hand it to the examples.
+    tied = clear.copy()
+    tied[7, 8] = tied[8, 7] = 0.8
+    assert map_by_meaning(user, model, tied) is None
+
+
 def test_an_inverted_classifier_is_not_rescued_by_a_data_map_when_names_mean_something() -> None:
     """A spam filter trained on flipped labels says "ham" for spam. The user calls the classes
     "normal message" and "junk message": the names decide the map, and the model scores 0."""

@@ -1,0 +1,153 @@
+"""How well the names' meaning picks label maps: the calibration behind `NAME_MARGIN`.
+
+Every label set of the shared datasets that is not codes is renamed as the identification
+benchmark's users rename it (synonyms, French), whole and in three random halves, and mapped by
+meaning onto the original names with the space's frozen base (`map_by_meaning`'s similarity and
+assignment). For each renaming: whether the best assignment is the right map, and its margin (the
+least loss per moved label of any other map). The table says how many right and wrong maps a
+margin lets through; no model is trained, so it runs in about a minute.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from app.bench.identification_kinds import FRENCH, SYNONYMS, _renamed
+from app.bench.report import machine, md_table, write_json
+from app.ml.ranking import NAME_MARGIN, _assignment, labels_are_codes
+
+HALVES = 3
+"""Random halves (at least two labels) per label set of four or more, per renaming."""
+
+
+def meaning_margin(similarity: np.ndarray) -> tuple[np.ndarray, float]:
+    """The best assignment of rows to columns and its margin: the least, over user labels, of
+    what the best map that moves that label elsewhere loses per label it moves."""
+    best, total = _assignment(similarity)
+    margin = np.inf
+    for i, j in enumerate(best):
+        forbidden = similarity.copy()
+        forbidden[i, j] = -1e9
+        other, other_total = _assignment(forbidden)
+        margin = min(margin, (total - other_total) / max(1, int(np.count_nonzero(other != best))))
+    return best, float(margin)
+
+
+def _label_sets(datasets: Path) -> dict[str, list[str]]:
+    sets = {}
+    for folder in sorted(Path(datasets).iterdir()):
+        names_file = folder / "labels.json"
+        if (folder / "train.jsonl").is_file() and names_file.is_file():
+            names = [str(n) for n in json.loads(names_file.read_text())]
+            if not labels_are_codes(names):
+                sets[folder.name] = names
+    return sets
+
+
+def run_label_map_benchmark(out: Path, datasets: Path, margins: tuple[float, ...] = ()) -> dict[str, Any]:
+    """Write ``out`` (JSON) and its Markdown page; return the result."""
+    from app.ml.spec_space import load_space
+
+    space = load_space()
+
+    def embed(names: list[str]) -> np.ndarray:
+        with space.lock:
+            return space.head(tuple(names)).embeddings.numpy()
+
+    rng = np.random.default_rng(0)
+    rows: list[dict[str, Any]] = []
+    for task, names in tqdm(list(_label_sets(datasets).items()), desc="label sets"):
+        original = embed(names)
+        for renaming, table in (("synonyms", SYNONYMS), ("french", FRENCH)):
+            renamed = _renamed(names, table)
+            picks: list[tuple[str, list[int]]] = [("whole", list(range(len(names))))]
+            if len(names) >= 4:
+                for h in range(HALVES):
+                    size = max(2, len(names) // 2)
+                    picks.append((f"half {h}", sorted(rng.choice(len(names), size, replace=False).tolist())))
+            for part, classes in picks:
+                user = embed([renamed[c] for c in classes])
+                best, margin = meaning_margin((user @ original.T).astype(np.float64))
+                rows.append(
+                    {
+                        "task": task,
+                        "renaming": renaming,
+                        "part": part,
+                        "labels": len(classes),
+                        "right": bool(np.array_equal(best, np.asarray(classes))),
+                        "margin": margin,
+                    }
+                )
+    wrong = [r["margin"] for r in rows if not r["right"]]
+    right = [r["margin"] for r in rows if r["right"]]
+    at = sorted({NAME_MARGIN, *margins})
+    result = {
+        "benchmark": "label-maps",
+        "machine": machine(),
+        "space_id": space.id,
+        "command": f"pavedock bench label-maps --out {out}",
+        "name_margin": NAME_MARGIN,
+        "maps": len(rows),
+        "right": len(right),
+        "wrong": len(wrong),
+        "largest_wrong_margin": max(wrong) if wrong else None,
+        "at_margin": [
+            {
+                "margin": m,
+                "right_kept": sum(v >= m for v in right),
+                "wrong_kept": sum(v >= m for v in wrong),
+                "whole_right_kept": sum(
+                    r["margin"] >= m for r in rows if r["right"] and r["part"] == "whole"
+                ),
+            }
+            for m in at
+        ],
+        "rows": rows,
+    }
+    write_json(out, result)
+    out.with_suffix(".md").write_text(render_markdown(result))
+    return result
+
+
+def render_markdown(result: dict[str, Any]) -> str:
+    lines = [
+        "# Label maps by meaning: the margin's calibration",
+        "",
+        f"Command: `{result['command']}`; space `{result['space_id']}`; {result['machine']['date']}.",
+        "",
+        f"{result['maps']} renamings of the shared datasets' label sets (synonyms and French as the "
+        "identification benchmark's users name them, whole and in random halves) mapped onto the "
+        f"original names by meaning: {result['right']} right, {result['wrong']} wrong; the largest "
+        f"margin of a wrong map is {result['largest_wrong_margin']:.3f}. The dock's margin is "
+        f"{result['name_margin']}.",
+        "",
+        md_table(
+            ["margin", "right maps kept", "wrong maps kept", "whole label sets: right kept"],
+            [
+                [
+                    f"{r['margin']:.3f}",
+                    f"{r['right_kept']} / {result['right']}",
+                    r["wrong_kept"],
+                    r["whole_right_kept"],
+                ]
+                for r in result["at_margin"]
+            ],
+        ),
+        "",
+        "## Wrong maps",
+        "",
+        md_table(
+            ["task", "renaming", "part", "labels", "margin"],
+            [
+                [r["task"], r["renaming"], r["part"], r["labels"], f"{r['margin']:.3f}"]
+                for r in sorted(result["rows"], key=lambda r: -r["margin"])
+                if not r["right"]
+            ],
+        ),
+    ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,35 @@
+"""The label-map calibration on the real base and the shared datasets' label sets: the claim in
+`NAME_MARGIN`'s docstring, checked where it is made."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.bench.label_maps import meaning_margin, run_label_map_benchmark
+from app.ml.ranking import NAME_MARGIN
+
+
+def test_the_margin_is_the_least_loss_per_moved_label() -> None:
+    sim = np.array([[0.9, 0.1, 0.2], [0.2, 0.8, 0.7]])
+    best, margin = meaning_margin(sim)
+    assert best.tolist() == [0, 1]
+    # Moving label 1 to the unused class 2 loses 0.1 and moves one label; a swap loses 1.4 over two.
+    assert margin == pytest.approx(0.1)
+
+
+@pytest.mark.real_model
+def test_no_wrong_map_of_the_calibration_passes_the_docks_margin(datasets_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "label-maps.json"
+    result = run_label_map_benchmark(out, datasets_dir, (0.045,))
+    assert result["maps"] == result["right"] + result["wrong"] == len(result["rows"]) == 98
+    at = {row["margin"]: row for row in result["at_margin"]}
+    assert at[NAME_MARGIN]["wrong_kept"] == 0 and result["largest_wrong_margin"] < NAME_MARGIN
+    assert (
+        at[NAME_MARGIN]["right_kept"] >= 40 and at[0.045]["wrong_kept"] >= 1
+    )  # the looser margin let wrong ones by
+    assert json.loads(out.read_text())["name_margin"] == NAME_MARGIN
+    assert "## Wrong maps" in out.with_suffix(".md").read_text()

@@ -3,7 +3,7 @@
 Every label set of the shared datasets that is not codes is renamed as the identification
 benchmark's users rename it (synonyms, French), whole and in three random halves, and mapped by
 meaning onto the original names with the space's frozen base (`map_by_meaning`'s similarity and
-assignment). For each renaming: whether the best assignment is the right map, and its margin (the
+assignment, `meaning_margin`). For each renaming: whether the best assignment is the right map, and its margin (the
 least loss per moved label of any other map). The table says how many right and wrong maps a
 margin lets through; no model is trained, so it runs in about a minute.
 """
@@ -19,23 +19,10 @@ from tqdm import tqdm
 
 from app.bench.identification_kinds import FRENCH, SYNONYMS, _renamed
 from app.bench.report import machine, md_table, write_json
-from app.ml.ranking import NAME_MARGIN, _assignment, labels_are_codes
+from app.ml.ranking import NAME_MARGIN, labels_are_codes, meaning_margin
 
 HALVES = 3
 """Random halves (at least two labels) per label set of four or more, per renaming."""
-
-
-def meaning_margin(similarity: np.ndarray) -> tuple[np.ndarray, float]:
-    """The best assignment of rows to columns and its margin: the least, over user labels, of
-    what the best map that moves that label elsewhere loses per label it moves."""
-    best, total = _assignment(similarity)
-    margin = np.inf
-    for i, j in enumerate(best):
-        forbidden = similarity.copy()
-        forbidden[i, j] = -1e9
-        other, other_total = _assignment(forbidden)
-        margin = min(margin, (total - other_total) / max(1, int(np.count_nonzero(other != best))))
-    return best, float(margin)
 
 
 def _label_sets(datasets: Path) -> dict[str, list[str]]:

@@ -187,15 +187,25 @@ def map_by_meaning(
         raise ValueError(f"similarity of shape {sim.shape} for {len(user_names)}×{len(model_names)} labels")
     if labels_are_codes(user_names) or labels_are_codes(model_names):
         return None
+    best, clear_by = meaning_margin(sim)
+    if clear_by < margin:
+        return None
+    return LabelMap(tuple(int(j) for j in best), "meaning", len(model_names))
+
+
+def meaning_margin(similarity: np.ndarray) -> tuple[np.ndarray, float]:
+    """The best assignment of user labels (rows) to model classes (columns) and its margin: the
+    least, over user labels, of what the best assignment that moves that label elsewhere loses
+    per label it moves."""
+    sim = np.asarray(similarity, dtype=np.float64)
     best, total = _assignment(sim)
+    margin = np.inf
     for i, j in enumerate(best):
         forbidden = sim.copy()
         forbidden[i, j] = -1e9
         other, other_total = _assignment(forbidden)
-        moved = max(1, int(np.count_nonzero(other != best)))
-        if (total - other_total) / moved < margin:
-            return None
-    return LabelMap(tuple(int(j) for j in best), "meaning", len(model_names))
+        margin = min(margin, (total - other_total) / max(1, int(np.count_nonzero(other != best))))
+    return best, float(margin)
 
 
 def map_by_examples(

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.bench.label_maps import meaning_margin, run_label_map_benchmark
-from app.ml.ranking import NAME_MARGIN
+from app.bench.label_maps import run_label_map_benchmark
+from app.ml.ranking import NAME_MARGIN, meaning_margin
 
 
 def test_the_margin_is_the_least_loss_per_moved_label() -> None:

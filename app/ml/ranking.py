@@ -69,7 +69,7 @@ NAME_MARGIN = 0.07
 label that the other map moves; below it the user's examples decide. On the shared datasets' 25
 label sets renamed by synonyms and by French, whole and in three random halves each (98 maps),
 the 23 wrong maps the base's embeddings gave all had margins of 0.066 or less; 0.07 keeps 46 of
-the 75 right ones (`docs/benchmarks/identification.md`). The margin was once taken per user
+the 75 right ones (`pavedock bench label-maps`, docs/benchmarks/label-maps.md). The margin was once taken per user
 label instead, which shrinks with the label count: a 77-intent renaming whose every label is
 clear scored 0.002 and went to the examples (12% right on 64 shots), and a renamed half of a
 many-class model could not be served at all. Chosen on those label sets: a held-back renaming

@@ -33,9 +33,9 @@ class MatchRead(BaseModel):
 
     Order of a task's matches: those the shot check ran on the task's examples and that did
     better than chance, by `shot_log_likelihood` less `shot_map_cost` (then `shot_accuracy`); then
-    the unchecked ones by
-    `tier` (labels-by-name, then label-map), each tier by `score`; then checked ones that did no
-    better than chance; then those that cannot answer (`tier` cannot-answer). `score` is the spec
+    the unchecked ones by `tier` (labels-by-name, then label-map), each tier by `score`; then
+    checked ones that did no better than chance; then those that cannot answer (`tier`
+    cannot-answer). `score` is the spec
     cosine alone, so it is not in rank order; `reason` says in one line what placed each match.
     """
 

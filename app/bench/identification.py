@@ -223,18 +223,6 @@ def _tiered(ranking: list[Match], names_of: dict[int, list[str]], user_names: li
     return [Match(c.id, c.score) for c in by_tier(candidates, user_names)]
 
 
-def _name_similarity(space: SpecSpace) -> Any:
-    """Cosine of two label sets' embeddings by the frozen base, as the service's shot check uses."""
-
-    def similarity(user_names: list[str], model_names: list[str]) -> np.ndarray:
-        with space.lock:
-            user = space.head(tuple(user_names)).embeddings
-            model = space.head(tuple(model_names)).embeddings
-        return (user @ model.T).numpy()
-
-    return similarity
-
-
 class Market:
     """The benchmark's learnwares, their runners, accuracies and specs (all cached)."""
 
@@ -515,7 +503,6 @@ def run_identification_benchmark(
             row[method] = {**metrics, "top1": lws[ranking[0].id].key}
         per_user.append(row)
 
-    similarity = _name_similarity(space)
     kind_rows: list[tuple[kinds.User, dict[str, float]]] = []
     kind_users: list[dict[str, Any]] = []
     for user in tqdm(list(kinds.users(market, profile.seeds)), desc="users: as the service ranks"):
@@ -523,7 +510,7 @@ def run_identification_benchmark(
         vector = fit_pave_spec(
             space, shots.texts, shots.labels, shots.label_names, kind="task", recipe=default
         ).vector
-        ranked = kinds.service_ranking(market, user, vector, pave_specs, similarity)
+        ranked = kinds.service_ranking(market, user, vector, pave_specs, space)
         metrics = kinds.measure(market, user, ranked)
         kind_rows.append((user, metrics))
         top = ranked[0]

@@ -26,7 +26,7 @@ top-1 under the dock's map where that does better.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -48,6 +48,7 @@ from app.ml.ranking import (
     choose_label_map,
     held_out_score,
     map_by_name,
+    names_log_prior,
     normalise_label,
     originals_first,
     rank_for_task,
@@ -56,6 +57,7 @@ from app.ml.ranking import (
 
 if TYPE_CHECKING:
     from app.ml.runners.base import Predictions
+    from app.ml.spec_space import SpecSpace
 
 
 class LearnwareView(Protocol):
@@ -220,12 +222,13 @@ def service_ranking(
     user: User,
     user_spec: np.ndarray,
     specs: dict[int, np.ndarray],
-    similarity: Callable[[list[str], list[str]], np.ndarray],
+    space: SpecSpace,
     shot_check_k: int = SHOT_CHECK_K,
     shot_check_k_unnamed: int = SHOT_CHECK_K_UNNAMED,
 ) -> list[Ranked]:
     """The dock's order for this user: tiers and cosine, then the shot check (not for spec-only
-    users), through the same functions the service's worker calls."""
+    users), through the same functions the service's worker calls, with label names compared by
+    ``space``'s frozen base."""
     from app.ml.identify import rank_specs
 
     names = list(user.shots.label_names)
@@ -244,7 +247,7 @@ def service_ranking(
             lw = market.learnwares[lw_id]
             predicted = market.predict(lw, user.shots.texts)
             sim = (
-                similarity(names, lw.label_names)
+                space.name_similarity(names, lw.label_names)
                 if tier_of(names, lw.label_names) == Tier.LABEL_MAP
                 else None
             )
@@ -258,7 +261,14 @@ def service_ranking(
             )
             if label_map is not None:
                 maps[lw_id] = label_map
-                shots[lw_id] = held_out_score(predicted.labels, predicted.probs, user.shots.labels, label_map)
+                prior = (
+                    None
+                    if sim is None
+                    else names_log_prior(names, lw.label_names, sim, space.config.temperature)
+                )
+                shots[lw_id] = held_out_score(
+                    predicted.labels, predicted.probs, user.shots.labels, label_map, prior
+                )
     return rank_for_task(candidates, names, maps=maps, shots=shots)
 
 

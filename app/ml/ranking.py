@@ -10,9 +10,10 @@ whether a learnware can serve the user and how well:
 2. **Which label map** turns its answers into the user's labels. By name where the names match;
    by meaning where both sides' names carry meaning and their embeddings agree on one map by a
    clear margin per label moved ("good" is "positive"); by the user's examples where the names are codes ("0",
-   "LABEL_1") or do not decide it, though never to pick a few of a larger model's classes whose
-   names mean something else (`examples_may_map`). A map chosen from data alone can be absurd (an inverted
-   spam filter's "ham" onto the user's word for spam), which is why meaning comes first.
+   "LABEL_1") or do not decide it. A map chosen from data alone can be absurd (an inverted
+   spam filter's "ham" onto the user's word for spam), which is why meaning comes first, and why
+   a map the examples chose pays for itself (`map_cost`): its description length, under the
+   names' own reading of the map where both sides' names carry meaning.
 3. **How it does on the user's examples** (the shot check): while the dock holds a few-shot
    task's examples it runs a few of the top candidates on them under their label maps. The
    candidates are picked so that near-identical specs (copies, floods) take one place, not all.
@@ -21,8 +22,8 @@ The order, as the API documents it: checked matches that did better than chance,
 log-probability they gave the user's labels (a proper score: a model that is right by luck on a
 handful of easy examples, but unsure, loses to one that is right and sure) less the cost of a
 label map the examples chose (`map_cost`: the map's description length per example, so a
-larger model restricted to the user's few codes, one of many maps that could fit a handful of
-examples, does not win on a lucky fit); then the unchecked ones by tier, each tier in cosine
+larger model restricted to a few of its classes, one of many maps that could fit a handful of
+examples, does not win on a lucky fit, and a map the names argue against costs the most); then the unchecked ones by tier, each tier in cosine
 order; then checked matches that did no better than chance; then those that cannot answer.
 """
 
@@ -133,10 +134,13 @@ class LabelMap:
         """The map as the user reads it: the model's label → the user's label."""
         return {model_names[m]: user_names[u] for u, m in enumerate(self.model_class)}
 
-    def describe(self, user_names: Sequence[str] = (), model_names: Sequence[str] = ()) -> str:
+    def describe(
+        self, user_names: Sequence[str] = (), model_names: Sequence[str] = (), names_agree: bool | None = None
+    ) -> str:
         """How the map was chosen; given both label sets, a map that is not by name is spelt out,
         and one the examples chose between meaningful names carries a warning: the names' meaning
-        cannot vouch for it ("ham" answering "positive" fits some examples and reads wrong)."""
+        cannot vouch for it ("ham" answering "positive" fits some examples and reads wrong), even
+        where they lean its way (``names_agree``, `ShotScore.names_agree`)."""
         how = {
             "names": "labels matched by name",
             "meaning": "labels matched by the meaning of their names",
@@ -150,7 +154,11 @@ class LabelMap:
         shown = ", ".join(pairs[:MAP_PAIRS_SHOWN]) + (", …" if len(pairs) > MAP_PAIRS_SHOWN else "")
         text += f" ({shown})"
         if self.how == "examples" and not (labels_are_codes(user_names) or labels_are_codes(model_names)):
-            text += "; its names do not say so: check that the map fits your task before you use it"
+            text += (
+                "; its names lean the same way but do not decide it"
+                if names_agree
+                else "; its names do not say so"
+            ) + ": check that the map fits your task before you use it"
         return text
 
 
@@ -259,6 +267,9 @@ class ShotScore:
     map_cost: float = 0.0
     """Nats per example of the label map, where the examples chose it (`map_cost`); 0 for a map by
     name or by meaning."""
+    names_agree: bool | None = None
+    """For a map the examples chose between meaningful names: whether the names read it as likelier
+    than a map drawn at random (`names_map_nats` below the uniform price); None otherwise."""
 
     @property
     def score(self) -> float:
@@ -270,17 +281,50 @@ class ShotScore:
         return (self.score, self.accuracy, self.confidence)
 
 
-def map_cost(n_user: int, n_model: int, n_examples: int) -> float:
-    """The description length, in nats per example, of a label map chosen by the examples: the log
-    of the number of injective maps of ``n_user`` labels into ``n_model`` classes, over the
+def map_cost(n_user: int, n_model: int, n_examples: int, names_nats: float | None = None) -> float:
+    """The description length, in nats per example, of a label map chosen by the examples.
+
+    Without names to go by (codes on either side), the map is one of all injective maps of
+    ``n_user`` labels into ``n_model`` classes, each as likely: log of their number, over the
     examples. A relabelling of two classes costs log 2; two of a six-class model's classes, log 30.
     On a handful of examples some of many maps fits by luck (a question-type model restricted to
     two classes "81% right" on 16 sentiment shots, 0.58 on their test split, seen on three markets
-    of the identification benchmark); the cost is the two-part code's price of naming the map,
-    with no constant to tune."""
+    of the identification benchmark); the cost is the two-part code's price of naming the map.
+
+    Where both sides' names carry meaning, ``names_nats`` is the map's cost under the names' own
+    reading of it (`names_map_nats`): the dock then names the map with whichever code is shorter,
+    plus log 2 to say which. A map the names agree with ("rage" onto "anger" and "sorrow" onto
+    "sadness" of a four-emotion model) costs little even when it picks a few of many classes; one
+    they argue against ("bad" / "good" onto two question types) costs the uniform price and a bit.
+    No constant to tune: the names' reading is the space's own label-name head."""
     if n_examples <= 0 or n_model < n_user:
         return 0.0
-    return float(math.lgamma(n_model + 1) - math.lgamma(n_model - n_user + 1)) / n_examples
+    uniform = float(math.lgamma(n_model + 1) - math.lgamma(n_model - n_user + 1))
+    if names_nats is None:
+        return uniform / n_examples
+    return (min(uniform, names_nats) + math.log(2)) / n_examples
+
+
+def names_log_prior(
+    user_names: Sequence[str], model_names: Sequence[str], similarity: np.ndarray, temperature: float
+) -> np.ndarray | None:
+    """How the names read a map: ``[i, j]`` is the log-probability the space's label-name head
+    gives model class j for user label i's name taken as a text (softmax of the names' cosine over
+    the head's temperature). None where either side's names are codes: they say nothing."""
+    if labels_are_codes(user_names) or labels_are_codes(model_names):
+        return None
+    logits = np.asarray(similarity, dtype=np.float64) / temperature
+    if logits.shape != (len(user_names), len(model_names)):
+        raise ValueError(
+            f"similarity of shape {logits.shape} for {len(user_names)}×{len(model_names)} labels"
+        )
+    logits -= logits.max(axis=1, keepdims=True)
+    return logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+
+
+def names_map_nats(label_map: LabelMap, log_prior: np.ndarray) -> float:
+    """The map's description length under the names' reading (`names_log_prior`), in nats."""
+    return float(-sum(log_prior[u, m] for u, m in enumerate(label_map.model_class)))
 
 
 def _true_probabilities(
@@ -313,15 +357,20 @@ def shot_score(
 
 
 def held_out_score(
-    predicted: np.ndarray, probs: np.ndarray | None, labels: np.ndarray, label_map: LabelMap
+    predicted: np.ndarray,
+    probs: np.ndarray | None,
+    labels: np.ndarray,
+    label_map: LabelMap,
+    log_prior: np.ndarray | None = None,
 ) -> ShotScore:
     """The score on the user's examples under ``label_map``, honest about how it was chosen.
 
     A map chosen by names is scored as it is. One chosen by the examples is optimistic on them
     (more so the more classes the model has to pick from: a six-class model restricted to two
     fits 16 sentiment examples by luck), so each example is scored under the map chosen on the
-    others (leave-one-out), and the score carries the map's `map_cost`; the map shown is the one
-    chosen on all of them.
+    others (leave-one-out), and the score carries the map's `map_cost` (under the names' reading
+    ``log_prior`` where they have one: `names_log_prior`); the map shown is the one chosen on all
+    of them.
     """
     if label_map.how != "examples":
         return shot_score(predicted, probs, labels, label_map)
@@ -341,7 +390,13 @@ def held_out_score(
         right.append(bool(user_pred[0] == labels[i]))
         true_probs.append(float(_true_probabilities(user_pred, user_probs, labels[one])[0]))
     scored = _score(np.asarray(right), np.asarray(true_probs), n_user)
-    return replace(scored, map_cost=map_cost(n_user, n_model, len(labels)))
+    names_nats = None if log_prior is None else names_map_nats(label_map, log_prior)
+    uniform = map_cost(n_user, n_model, 1)
+    return replace(
+        scored,
+        map_cost=map_cost(n_user, n_model, len(labels), names_nats),
+        names_agree=None if names_nats is None else names_nats < uniform,
+    )
 
 
 def check_count(ordered: Sequence[Candidate], user_names: Sequence[str], k: int, k_unnamed: int) -> int:
@@ -364,8 +419,8 @@ def choose_label_map(
 ) -> LabelMap | None:
     """By name, else by meaning (given the names' ``similarity``), else by the user's examples
     (given the model's ``predicted`` classes on them and their ``labels``); None when none applies:
-    fewer model classes than user labels, nothing to decide by, or only a map no person would
-    accept (`examples_may_map`)."""
+    fewer model classes than user labels, nothing to decide by, or a few of a larger model's
+    meaningful classes with no names' reading to price the map by (`examples_may_map`)."""
     if len(model_names) < len(user_names):
         return None
     by_name = map_by_name(user_names, model_names)
@@ -375,21 +430,28 @@ def choose_label_map(
         by_meaning = map_by_meaning(user_names, model_names, similarity)
         if by_meaning is not None:
             return by_meaning
-    if predicted is not None and labels is not None and examples_may_map(user_names, model_names):
+    if (
+        predicted is not None
+        and labels is not None
+        and examples_may_map(user_names, model_names, names_read=similarity is not None)
+    ):
         return map_by_examples(predicted, probs, labels, len(user_names), len(model_names))
     return None
 
 
-def examples_may_map(user_names: Sequence[str], model_names: Sequence[str]) -> bool:
-    """Whether the user's examples alone may choose a map from the model's labels to the user's.
+def examples_may_map(
+    user_names: Sequence[str], model_names: Sequence[str], *, names_read: bool = False
+) -> bool:
+    """Whether the user's examples may choose a map from the model's labels to the user's.
 
-    Yes for a relabelling (as many classes: "normal message" for "ham", or codes on either side).
-    Not for picking a few of a larger model's classes whose names mean something other than the
-    user's names: a question-type classifier's "entity" and "description" read as "bad" and
-    "good" can fit a handful of sentiment examples, and no person would accept that map (seen on
-    a held-out market of the identification benchmark). A larger model serves a subset of its
-    labels by name or by meaning."""
-    if len(model_names) == len(user_names):
+    Yes for a relabelling (as many classes: "normal message" for "ham", or codes on either side),
+    priced at the uniform `map_cost`. Picking a few of a larger model's meaningful classes only
+    where the names' similarity was measured (``names_read``), so the map is priced by what the
+    names say of it: unpriced, a question-type classifier's "entity" and "description" read as
+    "bad" and "good" fitted a handful of sentiment examples and won (a held-out market of the
+    identification benchmark); priced, that map costs its uniform price and a bit more, while
+    "international" / "tech" onto a news model's "World" / "Sci/Tech" costs little."""
+    if len(model_names) == len(user_names) or names_read:
         return True
     return labels_are_codes(user_names) or labels_are_codes(model_names)
 
@@ -527,7 +589,8 @@ class Ranked:
         if self.tier == Tier.CANNOT:
             parts.append("cannot answer: it has fewer classes than your task has labels")
         elif self.label_map is not None:
-            parts.append(self.label_map.describe(user_names, model_names))
+            agree = None if self.shot is None else self.shot.names_agree
+            parts.append(self.label_map.describe(user_names, model_names, agree))
         elif self.tier == Tier.LABEL_MAP:
             parts.append("other label names: may answer through a label map (not checked)")
         parts.append(f"spec similarity {self.score:.3f}")

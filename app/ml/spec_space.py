@@ -11,6 +11,7 @@ import hashlib
 import json
 import math
 import threading
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Protocol
@@ -167,6 +168,14 @@ class SpecSpace:
                 )
             self._freeze_a()  # peft marks every adapter weight trainable again on exit
         return self._heads[key]
+
+    def name_similarity(self, rows: Sequence[str], columns: Sequence[str]) -> np.ndarray:
+        """Cosine of two label sets' embeddings by the frozen base (``rows`` × ``columns``): what
+        label maps by meaning, and the names' reading of a map, are decided on."""
+        with self.lock:
+            left = self.head(tuple(rows)).embeddings
+            right = self.head(tuple(columns)).embeddings
+        return (left @ right.T).numpy().astype(np.float64)
 
     def _freeze_a(self) -> None:
         for name, param in self.model.named_parameters():

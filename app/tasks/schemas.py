@@ -91,8 +91,10 @@ class MatchRead(BaseModel):
     shot_map_cost: float | None = Field(
         default=None,
         description="nats per example taken off `shot_log_likelihood` for a label map the task's "
-        "examples chose: the log of the number of maps they chose among, over the examples (0 for "
-        "a map by name or by meaning); None where the shot check did not run it",
+        "examples chose: its description length over the examples, the log of the number of maps "
+        "they chose among, or, where both label sets' names carry meaning and read the map as "
+        "likelier, its cost under the names' reading plus log 2 (0 for a map by name or by "
+        "meaning); None where the shot check did not run it",
     )
     spec_recomputed: bool | None = Field(
         default=None,

@@ -29,6 +29,7 @@ from app.ml.ranking import (
     choose_checked,
     choose_label_map,
     held_out_score,
+    names_log_prior,
     tier_of,
 )
 
@@ -69,12 +70,15 @@ def shot_check(
                 runner = load_runner(package)
                 predicted = runner.predict(list(texts))
             model_names = list(runner.label_names)
+            similarity = (
+                space.name_similarity(label_names, model_names)
+                if tier_of(label_names, names[learnware_id]) == Tier.LABEL_MAP
+                else None
+            )
             label_map = choose_label_map(
                 label_names,
                 model_names,
-                similarity=_name_similarity(space, label_names, model_names)
-                if tier_of(label_names, names[learnware_id]) == Tier.LABEL_MAP
-                else None,
+                similarity=similarity,
                 predicted=predicted.labels,
                 probs=predicted.probs,
                 labels=labels,
@@ -83,21 +87,19 @@ def shot_check(
                 raise InvalidInput(
                     f"learnware {learnware_id} has fewer classes than the task's labels"
                     if len(model_names) < len(label_names)
-                    else f"learnware {learnware_id}: no label map a person would accept (its labels "
-                    "are not yours by name or meaning, and your examples may not pick a few of its "
-                    f"{len(model_names)} classes for your {len(label_names)} labels)"
+                    else f"learnware {learnware_id}: no label map to go by (its labels are not "
+                    "yours by name, and their meaning was not read)"
                 )
             maps[learnware_id] = label_map
-            scores[learnware_id] = held_out_score(predicted.labels, predicted.probs, labels, label_map)
+            log_prior = (
+                None
+                if similarity is None
+                else names_log_prior(label_names, model_names, similarity, space.config.temperature)
+            )
+            scores[learnware_id] = held_out_score(
+                predicted.labels, predicted.probs, labels, label_map, log_prior
+            )
         except (InvalidPackage, InvalidInput, OSError, RuntimeError, ValueError) as error:
             ctx.log(f"shot check skipped learnware {learnware_id}: {error}")
         ctx.progress(0.86 + 0.1 * done / len(chosen), f"shot check {done}/{len(chosen)}", force=True)
     return maps, scores
-
-
-def _name_similarity(space: SpecSpace, user_names: Sequence[str], model_names: Sequence[str]) -> np.ndarray:
-    """Cosine of the two label sets' embeddings by the space's frozen base (user × model)."""
-    with space.lock:
-        user = space.head(tuple(user_names)).embeddings
-        model = space.head(tuple(model_names)).embeddings
-    return (user @ model.T).numpy()

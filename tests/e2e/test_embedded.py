@@ -4,6 +4,7 @@ broker, its own worker), keys from ``pavedock keys create``, then a restart."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -77,6 +78,22 @@ def test_serve_runs_the_dock_on_one_machine(
     assert f"its {first_model_label!r} is your {first_code!r}" in top.reason  # the map, spelt out
     assert top.shot_map_cost == pytest.approx(map_cost(len(renamed), len(renamed), len(query)))
     assert top.shot_map_cost is not None and f"less {top.shot_map_cost:.2f} for the label map" in top.reason
+    # Three of trec's six classes under other words: no learnware has these names, their meaning
+    # alone does not decide the map, so the examples choose three of trec's classes, priced by the
+    # names' reading of that map (they agree with it): less than the uniform price of one of 120.
+    subset = {"description": "explanation", "entity": "thing", "location": "place"}
+    keep = [i for i, y in enumerate(query.labels) if query.label_names[int(y)] in subset]
+    words = list(subset.values())
+    picked = [words.index(subset[query.label_names[int(query.labels[i])]]) for i in keep]
+    with DockClient(url, user) as client:
+        posted = client.task([query.texts[i] for i in keep], picked, words, top_k=2)
+        renamed_subset = client.wait_task(posted.task_id, timeout=300).matches[0]
+    assert renamed_subset.learnware_id == ids["trec"] and renamed_subset.label_map_how == "examples"
+    assert renamed_subset.restricted and renamed_subset.label_map is not None
+    assert set(renamed_subset.label_map.values()) == set(words)
+    assert renamed_subset.shot_map_cost is not None
+    assert math.log(2) / len(keep) < renamed_subset.shot_map_cost < map_cost(3, 6, len(keep))
+    assert "its names lean the same way but do not decide it" in renamed_subset.reason
     shots = tmp_path / "shots.jsonl"
     shots.write_text(
         "".join(

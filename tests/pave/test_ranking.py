@@ -25,6 +25,8 @@ from app.ml.ranking import (
     map_by_meaning,
     map_by_name,
     map_cost,
+    names_log_prior,
+    names_map_nats,
     originals_first,
     rank_for_task,
     shot_score,
@@ -147,19 +149,53 @@ def test_a_map_not_by_name_is_spelt_out_and_one_the_examples_chose_between_meani
     assert "its 'positive' is your 'ham'" in ranked[0].reason(16, ["ham", "spam"], ["negative", "positive"])
 
 
-def test_examples_never_pick_a_few_classes_of_a_larger_model_with_other_meanings() -> None:
+def test_examples_pick_a_few_classes_of_a_larger_model_only_priced_by_the_names() -> None:
     """A question-type classifier's "entity" and "description" fit a few sentiment examples read
-    as "bad" and "good"; no person would accept that map, so none is offered. A relabelling (as
-    many classes) and codes on either side are still the examples' to decide."""
+    as "bad" and "good". Unread names offer no map; read names price it (`map_cost`): what they
+    argue against costs the uniform price and a bit, what they agree with costs little. A
+    relabelling (as many classes) and codes on either side are the examples' to decide."""
     trec = ["abbreviation", "entity", "description", "human", "location", "number"]
     labels = np.array([0, 0, 1, 1])
     predicted = np.array([1, 1, 2, 2])
-    unrelated = np.full((2, 6), 0.3)  # the names' meaning decides nothing
-    assert (
-        choose_label_map(["bad", "good"], trec, similarity=unrelated, predicted=predicted, labels=labels)
-        is None
-    )
+    assert choose_label_map(["bad", "good"], trec, predicted=predicted, labels=labels) is None
     assert not examples_may_map(["bad", "good"], trec)
+    assert examples_may_map(["bad", "good"], trec, names_read=True)
+    # The base's cosines of these names (MiniLM): nothing near "bad" or "good".
+    against = np.array([[0.18, 0.14, 0.31, 0.22, 0.28, 0.24], [0.22, 0.15, 0.25, 0.27, 0.25, 0.24]])
+    priced = choose_label_map(["bad", "good"], trec, similarity=against, predicted=predicted, labels=labels)
+    assert priced == LabelMap((1, 2), "examples", 6)
+    prior = names_log_prior(["bad", "good"], trec, against, temperature=0.05)
+    assert prior is not None and np.allclose(np.exp(prior).sum(axis=1), 1.0)
+    assert names_map_nats(priced, prior) > math.log(30)  # the names argue against it
+    score = held_out_score(predicted, None, labels, priced, prior)
+    assert score.map_cost == pytest.approx((math.log(30) + math.log(2)) / 4)
+    # A sentiment learnware by name beats the lucky fit.
+    sentiment = shot_score(labels, None, labels, LabelMap((0, 1), "names", 2))
+    ranked = rank_for_task(
+        [Candidate(1, 0.4, tuple(trec)), Candidate(2, 0.2, ("bad", "good"))],
+        ["bad", "good"],
+        maps={1: priced, 2: LabelMap((0, 1), "names", 2)},
+        shots={1: score, 2: sentiment},
+    )
+    assert [r.id for r in ranked] == [2, 1]
+    # Names that agree with the map make it cheap: two of a six-class model's classes for less than
+    # a relabelling's uniform price would be without them.
+    agree = np.full((2, 6), 0.25)
+    agree[0, 1], agree[1, 2] = 0.75, 0.8
+    cheap = held_out_score(
+        predicted, None, labels, priced, names_log_prior(["bad", "good"], trec, agree, 0.05)
+    )
+    assert cheap.map_cost < math.log(30) / 4 and cheap.map_cost > math.log(2) / 4
+    # The match's reason says which way the names lean; neither reading vouches for the map.
+    assert score.names_agree is False and cheap.names_agree is True
+    lean = rank_for_task(
+        [Candidate(1, 0.4, tuple(trec))], ["bad", "good"], maps={1: priced}, shots={1: cheap}
+    )[0].reason(4, ["bad", "good"], trec)
+    assert "its 'entity' is your 'bad'" in lean and "its names lean the same way but do not decide it" in lean
+    assert "its names do not say so" in ranked[1].reason(4, ["bad", "good"], trec)
+    assert held_out_score(predicted, None, labels, priced).names_agree is None
+    # Codes say nothing: the uniform price, as before.
+    assert names_log_prior(["0", "1"], trec, against, 0.05) is None
     coded = choose_label_map(["0", "1"], trec, similarity=None, predicted=predicted, labels=labels)
     assert coded == LabelMap((1, 2), "examples", 6)
     assert examples_may_map(["bad", "good"], ["LABEL_0", "LABEL_1", "LABEL_2"])

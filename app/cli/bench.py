@@ -150,12 +150,21 @@ def bench_spec_time(
     datasets: Datasets = None,
     shots: Annotated[int, typer.Option(help="examples per user task")] = 32,
     repeats: Annotated[int, typer.Option(help="fits per task and recipe")] = 3,
+    steps: Annotated[
+        list[int] | None, typer.Option(help="only the recipes of these step counts (0: the default)")
+    ] = None,
 ) -> None:
-    """Seconds a user waits for a task spec: the default recipe against multi-step ones."""
-    from app.bench.spec_time import run_spec_time_benchmark
+    """Seconds a user waits for a task spec: the default recipe against multi-step ones, beside
+    this CPU's matrix-multiply rate and the floor it puts under the default recipe."""
+    from app.bench.spec_time import RECIPES, run_spec_time_benchmark
 
-    result = run_spec_time_benchmark(out, datasets_dir(datasets), shots=shots, repeats=repeats)
-    typer.echo(json.dumps(result["recipes"], indent=2))
+    recipes = [r for r in RECIPES if steps is None or r[1] in steps]
+    if not recipes:
+        raise typer.BadParameter(f"no recipe of {steps} steps; there are {[r[1] for r in RECIPES]}")
+    result = run_spec_time_benchmark(
+        out, datasets_dir(datasets), shots=shots, repeats=repeats, recipes=recipes
+    )
+    typer.echo(json.dumps({"gemm_gflops": result["gemm_gflops"], **result["recipes"]}, indent=2))
 
 
 @bench_app.command("merge")

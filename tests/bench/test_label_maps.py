@@ -33,3 +33,11 @@ def test_no_wrong_map_of_the_calibration_passes_the_docks_margin(datasets_dir: P
     )  # the looser margin let wrong ones by
     assert json.loads(out.read_text())["name_margin"] == NAME_MARGIN
     assert "## Wrong maps" in out.with_suffix(".md").read_text()
+    # Onto other tasks' label sets the margin is no guard (the shot check is): some such maps
+    # clear it by more than any wrong renaming does.
+    cross = {row["margin"]: row["kept"] for row in result["cross_at_margin"]}
+    assert result["cross_maps"] > 500 and 0 < cross[NAME_MARGIN] < result["cross_maps"]
+    assert result["largest_cross_margin"] > result["largest_wrong_margin"]
+    top = result["cross_top"][0]
+    assert top["onto"] != top["task"] and top["margin"] == result["largest_cross_margin"]
+    assert "## Onto other tasks' label sets" in out.with_suffix(".md").read_text()

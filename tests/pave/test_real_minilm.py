@@ -71,3 +71,7 @@ def test_spec_time_benchmark_times_each_recipe(tmp_path: Path) -> None:
     for row in report["recipes"].values():
         assert 0 < row["median_seconds"] <= row["p95_seconds"]
     assert "| one-grad | 0 |" in out.with_suffix(".md").read_text()
+    assert report["gemm_gflops"] > 0 and report["base_non_embedding_parameters"] > 1_000_000
+    assert set(report["one_gradient_per_task"]) == {"sst2", "trec"}
+    for row in report["one_gradient_per_task"].values():
+        assert row["tokens"] > 0 and row["floor_seconds"] > 0 and row["share_of_peak"] > 0

@@ -10,7 +10,7 @@ Each kind is its own row (BENCHMARK.md, "Identification"); the headline is the m
 - ``label subset``: half the classes (at least two) of a task with four or more, named as the
   learnware names them: a learnware of the whole task serves by restricting its answers;
 - ``label subset, synonyms``: the same classes named otherwise, so the subset must be found by
-  the names' meaning (or not at all: the examples never pick a few of a larger model's classes);
+  the names' meaning, or by the examples at the price the names put on the map (`map_cost`);
 - ``superset``: the same-names users of a task whose labels contain another market task's (five
   sentiment grades hold "negative" and "positive"): the smaller task's learnwares cannot answer
   them, however close their specs;

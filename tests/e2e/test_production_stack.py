@@ -130,9 +130,9 @@ def test_submit_identify_download_survive_a_dead_worker_and_an_api_restart(
         ranked = [m.learnware_id for m in result.matches]
         assert ranked[0] == submitted["ag_news"].learnware_id, result.matches
         # The shot check ran it on the examples by name. Of the other two, trec's (six classes under
-        # other names) may answer through a label map, but only one its names' meaning gives: the
-        # examples may not pick four of its question types for news topics (no person would accept
-        # "location" for "world"), so unless the meaning decides it is left unchecked; sst2's (two
+        # other names) may answer through a label map: by its names' meaning, or picked by the
+        # examples and priced by what the names say of that map (four of six question types for
+        # news topics, one map of 360), so it stays behind the news learnware; sst2's (two
         # classes) cannot answer four labels and was not run.
         top = result.matches[0]
         assert top.shot_accuracy is not None and top.shot_accuracy > 0.5 and top.label_map_how == "names"
@@ -140,8 +140,10 @@ def test_submit_identify_download_survive_a_dead_worker_and_an_api_restart(
         sst2 = others[submitted["sst2"].learnware_id]
         assert sst2.tier == "cannot-answer" and sst2.shot_accuracy is None
         trec = others[submitted["trec"].learnware_id]
-        assert trec.tier == "label-map" and trec.label_map_how in ("meaning", None)
+        assert trec.tier == "label-map" and trec.label_map_how in ("meaning", "examples", None)
         assert trec.checked == (trec.label_map_how is not None)
+        if trec.label_map_how == "examples":
+            assert trec.shot_map_cost is not None and trec.shot_map_cost > 0
         assert len(ranked) == 3 and result.examples_kept is False
         # The same task computed here and uploaded as a spec only: the same winner.
         local = client.task(query.texts, labels, query.label_names, top_k=3, local_spec=True)

@@ -23,8 +23,9 @@ log-probability they gave the user's labels (a proper score: a model that is rig
 handful of easy examples, but unsure, loses to one that is right and sure) less the cost of a
 label map the examples chose (`map_cost`: the map's description length per example, so a
 larger model restricted to a few of its classes, one of many maps that could fit a handful of
-examples, does not win on a lucky fit, and a map the names argue against costs the most); then the unchecked ones by tier, each tier in cosine
-order; then checked matches that did no better than chance; then those that cannot answer.
+examples, does not win on a lucky fit, and a map the names argue against costs the most); then
+the unchecked ones by tier, each tier in cosine order; then checked matches that did no better
+than chance; then those that cannot answer.
 """
 
 from __future__ import annotations
@@ -445,7 +446,7 @@ def examples_may_map(
     """Whether the user's examples may choose a map from the model's labels to the user's.
 
     Yes for a relabelling (as many classes: "normal message" for "ham", or codes on either side),
-    priced at the uniform `map_cost`. Picking a few of a larger model's meaningful classes only
+    priced by `map_cost`. Picking a few of a larger model's meaningful classes only
     where the names' similarity was measured (``names_read``), so the map is priced by what the
     names say of it: unpriced, a question-type classifier's "entity" and "description" read as
     "bad" and "good" fitted a handful of sentiment examples and won (a held-out market of the

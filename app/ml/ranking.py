@@ -421,15 +421,23 @@ def choose_label_map(
     """By name, else by meaning (given the names' ``similarity``), else by the user's examples
     (given the model's ``predicted`` classes on them and their ``labels``); None when none applies:
     fewer model classes than user labels, nothing to decide by, or a few of a larger model's
-    meaningful classes with no names' reading to price the map by (`examples_may_map`)."""
+    meaningful classes with no names' reading to price the map by (`examples_may_map`).
+
+    The meaning alone fixes a relabelling (as many classes). Where it would pick a few of a larger
+    model's classes and there are examples, the examples pick them, priced by the names' reading
+    of the map (`map_cost`, cheap where the names agree): the margin cannot tell another task's
+    labels from a renaming of the user's (`pavedock bench label-maps`: maps onto other tasks'
+    label sets clear it), and a mr user's "bad" / "good" read as two of a news model's topics by
+    meaning alone came first on two markets of the identification benchmark."""
     if len(model_names) < len(user_names):
         return None
     by_name = map_by_name(user_names, model_names)
     if by_name is not None:
         return by_name
+    examples = predicted is not None and labels is not None
     if similarity is not None:
         by_meaning = map_by_meaning(user_names, model_names, similarity)
-        if by_meaning is not None:
+        if by_meaning is not None and not (examples and by_meaning.restricted):
             return by_meaning
     if (
         predicted is not None

@@ -208,6 +208,30 @@ def test_examples_pick_a_few_classes_of_a_larger_model_only_priced_by_the_names(
     assert subset is not None and subset.how == "names" and subset.restricted
 
 
+def test_a_few_of_a_larger_models_classes_are_the_examples_to_pick_priced_by_the_names() -> None:
+    """ "bad" / "good" read as two of a news model's four topics clears the meaning margin (MiniLM's
+    cosines below); with examples, they pick the classes and pay what the names say of the map,
+    scored leave-one-out, so a sentiment model by meaning (as many classes: the meaning alone
+    fixes it) keeps its edge. Without examples (a spec-only user) the meaning map stands."""
+    news = ["world", "sports", "business", "science and technology"]
+    sim = np.array([[0.315, 0.23, 0.244, 0.076], [0.285, 0.244, 0.32, 0.079]])
+    assert map_by_meaning(["bad", "good"], news, sim) == LabelMap((0, 2), "meaning", 4)
+    assert choose_label_map(["bad", "good"], news, similarity=sim) == LabelMap((0, 2), "meaning", 4)
+    labels = np.array([0, 0, 0, 0, 1, 1, 1, 1])
+    lucky = np.array([0, 0, 0, 2, 2, 2, 2, 0])  # 6 of 8 through "world" and "business"
+    picked = choose_label_map(["bad", "good"], news, similarity=sim, predicted=lucky, labels=labels)
+    assert picked == LabelMap((0, 2), "examples", 4)
+    prior = names_log_prior(["bad", "good"], news, sim, 0.05)
+    assert prior is not None
+    priced = held_out_score(lucky, None, labels, picked, prior)
+    assert priced.map_cost > 0 and priced.score < shot_score(lucky, None, labels, picked).log_likelihood
+    sentiment = np.array([[0.549, 0.444], [0.398, 0.438]])
+    same_size = choose_label_map(
+        ["bad", "good"], ["negative", "positive"], similarity=sentiment, predicted=lucky % 2, labels=labels
+    )
+    assert same_size == LabelMap((0, 1), "meaning", 2)
+
+
 def test_map_by_examples_picks_distinct_classes_of_a_larger_model() -> None:
     labels = np.array([0, 0, 1, 1, 2, 2])
     predicted = np.array([4, 4, 1, 1, 0, 4])  # user 2 is mostly model 0; 4 is taken by user 0

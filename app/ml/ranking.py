@@ -9,8 +9,9 @@ whether a learnware can serve the user and how well:
    under other names; it *cannot answer* with fewer classes than the user has labels.
 2. **Which label map** turns its answers into the user's labels. By name where the names match;
    by meaning where both sides' names carry meaning and their embeddings agree on one map by a
-   clear margin per label moved ("good" is "positive"); by the user's examples where the names are codes ("0",
-   "LABEL_1") or do not decide it. A map chosen from data alone can be absurd (an inverted
+   clear margin per label moved ("good" is "positive"), though a few of a larger model's classes
+   are the examples' to pick where there are some (`choose_label_map`); by the user's examples
+   where the names are codes ("0", "LABEL_1") or do not decide it. A map chosen from data alone can be absurd (an inverted
    spam filter's "ham" onto the user's word for spam), which is why meaning comes first, and why
    a map the examples chose pays for itself (`map_cost`): its description length, under the
    names' own reading of the map where both sides' names carry meaning.

@@ -44,11 +44,9 @@ from app.ml.ranking import (
     answers,
     by_tier,
     check_count,
+    check_on_examples,
     choose_checked,
-    choose_label_map,
-    held_out_score,
     map_by_name,
-    names_log_prior,
     normalise_label,
     originals_first,
     rank_for_task,
@@ -251,24 +249,17 @@ def service_ranking(
                 if tier_of(names, lw.label_names) == Tier.LABEL_MAP
                 else None
             )
-            label_map = choose_label_map(
+            checked = check_on_examples(
                 names,
                 lw.label_names,
+                predicted.labels,
+                predicted.probs,
+                user.shots.labels,
                 similarity=sim,
-                predicted=predicted.labels,
-                probs=predicted.probs,
-                labels=user.shots.labels,
+                temperature=space.config.temperature,
             )
-            if label_map is not None:
-                maps[lw_id] = label_map
-                prior = (
-                    None
-                    if sim is None
-                    else names_log_prior(names, lw.label_names, sim, space.config.temperature)
-                )
-                shots[lw_id] = held_out_score(
-                    predicted.labels, predicted.probs, user.shots.labels, label_map, prior
-                )
+            if checked is not None:
+                maps[lw_id], shots[lw_id] = checked
     return rank_for_task(candidates, names, maps=maps, shots=shots)
 
 

@@ -401,6 +401,29 @@ def held_out_score(
     )
 
 
+def check_on_examples(
+    user_names: Sequence[str],
+    model_names: Sequence[str],
+    predicted: np.ndarray,
+    probs: np.ndarray | None,
+    labels: np.ndarray,
+    *,
+    similarity: np.ndarray | None,
+    temperature: float,
+) -> tuple[LabelMap, ShotScore] | None:
+    """One learnware of the shot check: its label map (`choose_label_map`) and its score on the
+    user's examples (`held_out_score`, a map the examples chose priced by the names' reading of
+    it where their ``similarity`` was read, with the space's head ``temperature``); None when no
+    map applies."""
+    label_map = choose_label_map(
+        user_names, model_names, similarity=similarity, predicted=predicted, probs=probs, labels=labels
+    )
+    if label_map is None:
+        return None
+    prior = None if similarity is None else names_log_prior(user_names, model_names, similarity, temperature)
+    return label_map, held_out_score(predicted, probs, labels, label_map, prior)
+
+
 def check_count(ordered: Sequence[Candidate], user_names: Sequence[str], k: int, k_unnamed: int) -> int:
     """How many candidates the shot check runs: ``k`` when one of them answers the user's labels
     by name, ``k_unnamed`` when none does (see `SHOT_CHECK_K_UNNAMED`); 0 when ``k`` is 0."""

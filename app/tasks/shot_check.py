@@ -26,10 +26,8 @@ from app.ml.ranking import (
     LabelMap,
     ShotScore,
     Tier,
+    check_on_examples,
     choose_checked,
-    choose_label_map,
-    held_out_score,
-    names_log_prior,
     tier_of,
 )
 
@@ -75,30 +73,23 @@ def shot_check(
                 if tier_of(label_names, names[learnware_id]) == Tier.LABEL_MAP
                 else None
             )
-            label_map = choose_label_map(
+            checked = check_on_examples(
                 label_names,
                 model_names,
+                predicted.labels,
+                predicted.probs,
+                labels,
                 similarity=similarity,
-                predicted=predicted.labels,
-                probs=predicted.probs,
-                labels=labels,
+                temperature=space.config.temperature,
             )
-            if label_map is None:
+            if checked is None:
                 raise InvalidInput(
                     f"learnware {learnware_id} has fewer classes than the task's labels"
                     if len(model_names) < len(label_names)
                     else f"learnware {learnware_id}: no label map to go by (its labels are not "
                     "yours by name, and their meaning was not read)"
                 )
-            maps[learnware_id] = label_map
-            log_prior = (
-                None
-                if similarity is None
-                else names_log_prior(label_names, model_names, similarity, space.config.temperature)
-            )
-            scores[learnware_id] = held_out_score(
-                predicted.labels, predicted.probs, labels, label_map, log_prior
-            )
+            maps[learnware_id], scores[learnware_id] = checked
         except (InvalidPackage, InvalidInput, OSError, RuntimeError, ValueError) as error:
             ctx.log(f"shot check skipped learnware {learnware_id}: {error}")
         ctx.progress(0.86 + 0.1 * done / len(chosen), f"shot check {done}/{len(chosen)}", force=True)

@@ -16,6 +16,7 @@ from app.ml.ranking import (
     answers,
     by_tier,
     check_count,
+    check_on_examples,
     choose_checked,
     choose_label_map,
     examples_may_map,
@@ -420,3 +421,26 @@ def test_a_lucky_fit_of_a_larger_model_restricted_to_codes_loses_to_a_relabellin
     ranked = rank_for_task(ordered, users, maps={1: large, 2: small}, shots={1: large_score, 2: small_score})
     assert [r.id for r in ranked] == [2, 1]
     assert f"less {large_score.map_cost:.2f} for the label map your examples chose" in ranked[1].reason(16)
+
+
+def test_check_on_examples_is_the_map_and_its_priced_score() -> None:
+    """The shot check of one learnware, as the worker and the benchmark run it."""
+    trec = ["abbreviation", "entity", "description", "human", "location", "number"]
+    labels = np.array([0, 0, 1, 1])
+    predicted = np.array([1, 1, 2, 2])
+    sim = np.full((2, 6), 0.25)
+    sim[0, 1], sim[1, 2] = 0.75, 0.8
+    checked = check_on_examples(
+        ["bad", "good"], trec, predicted, None, labels, similarity=sim, temperature=0.05
+    )
+    assert checked is not None
+    label_map, score = checked
+    assert label_map == LabelMap((1, 2), "examples", 6)
+    prior = names_log_prior(["bad", "good"], trec, sim, 0.05)
+    assert score == held_out_score(predicted, None, labels, label_map, prior)
+    assert (
+        check_on_examples(
+            trec[:3], ["neg", "pos"], predicted % 2, None, labels, similarity=None, temperature=0.05
+        )
+        is None
+    )

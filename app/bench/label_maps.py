@@ -9,7 +9,7 @@ margin lets through; no model is trained, so it runs in about a minute.
 
 Then the other way round: each label set (its own names, synonyms, French) onto every *other*
 task's label set with at least as many labels and no name in common (``cross``). No such map is
-the user's own task's, yet many read as plausible ("harmless" / "abusive" onto "positive" /
+the user's own task's, yet many read as plausible ("polite" / "insulting" onto "positive" /
 "negative"), and their margins say how little a margin can guard against a learnware of another
 task: that is the shot check's job, on the user's examples.
 """

@@ -26,8 +26,9 @@ from tqdm import tqdm
 
 from app.bench.report import machine, md_table, percentile, write_json
 from app.ml.data import few_shot, load_task
+from app.ml.encoders import token_lengths
 from app.ml.pave import fit_pave_spec
-from app.ml.spec_space import FitRecipe, SpecSpace, SpecSpaceConfig, load_space
+from app.ml.spec_space import FitRecipe, SpecSpaceConfig, load_space
 
 TASKS = ("sst2", "sms_spam", "trec", "ag_news", "tweet_emotion", "snips")
 RECIPES: tuple[tuple[str, int, bool], ...] = (
@@ -51,12 +52,6 @@ def gemm_gflops(rows: int = 2048, inner: int = 384, cols: int = 1536, repeats: i
     return 2.0 * rows * inner * cols / percentile(seconds, 50) / 1e9
 
 
-def _tokens(space: SpecSpace, texts: Sequence[str], max_tokens: int) -> int:
-    """Tokens one fit runs through the base (each text as tokenised, truncated at ``max_tokens``)."""
-    ids = space.encoder.tokenizer(list(texts), add_special_tokens=True, truncation=False)["input_ids"]
-    return sum(min(len(i), max_tokens) for i in ids)
-
-
 def run_spec_time_benchmark(
     out: Path,
     datasets_dir: Path,
@@ -73,7 +68,8 @@ def run_spec_time_benchmark(
     sets = [
         few_shot(load_task(datasets_dir, t, "train"), per_class=shots, max_total=shots, seed=0) for t in tasks
     ]
-    tokens = [_tokens(space, s.texts, FitRecipe().max_tokens) for s in sets]
+    cap = space.config.recipe.max_tokens  # tokens one fit runs through the base, per text
+    tokens = [sum(min(n, cap) for n in token_lengths(space.encoder.tokenizer, s.texts)) for s in sets]
     floor = [4.0 * weights * n / (peak * 1e9) for n in tokens]
     rows: dict[str, dict[str, float]] = {}
     per_task: dict[str, dict[str, float]] = {}

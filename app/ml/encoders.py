@@ -173,6 +173,13 @@ class TokenBatch:
     inputs: dict[str, torch.Tensor]
 
 
+def token_lengths(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str]) -> list[int]:
+    """Each text's token count with the special tokens, before any truncation."""
+    return [
+        len(ids) for ids in tokenizer(list(texts), add_special_tokens=True, truncation=False)["input_ids"]
+    ]
+
+
 def token_batches(
     tokenizer: PreTrainedTokenizerBase,
     texts: Sequence[str],
@@ -186,9 +193,7 @@ def token_batches(
     Texts longer than ``max_tokens`` tokens are truncated (the spec describes the first
     ``max_tokens`` tokens), and the number truncated is logged.
     """
-    lengths = [
-        len(ids) for ids in tokenizer(list(texts), add_special_tokens=True, truncation=False)["input_ids"]
-    ]
+    lengths = token_lengths(tokenizer, texts)
     truncated = sum(1 for n in lengths if n > max_tokens)
     if truncated:
         log.warning("%d of %d texts exceed %d tokens and were truncated", truncated, len(texts), max_tokens)

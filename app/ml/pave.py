@@ -211,9 +211,8 @@ def _one_gradient(
     num_classes = soft.shape[1]
     weights = _class_weights(hard, num_classes) if recipe.balanced else torch.ones(len(texts))
     weights = weights / weights.sum()
-    total = (len(texts) + recipe.batch_size - 1) // recipe.batch_size
     device = space.encoder.device
-    for step, batch in enumerate(
+    batches = list(
         token_batches(
             space.encoder.tokenizer,
             texts,
@@ -221,7 +220,8 @@ def _one_gradient(
             max_tokens=recipe.max_tokens,
             device=device,
         )
-    ):
+    )
+    for step, batch in enumerate(batches):
         idx = torch.tensor(batch.indices)
         logits = logits_fn(_features(space, batch.inputs))
         y = soft[idx].to(device)
@@ -232,7 +232,7 @@ def _one_gradient(
             residual = (torch.softmax(logits.detach(), dim=-1) - y) * weights[idx].to(device)[:, None]
         (logits * residual).sum().backward()
         if progress:
-            progress(step + 1, total, "gradient at B = 0")
+            progress(step + 1, len(batches), "gradient at B = 0")
 
 
 def _adam_steps(

@@ -75,3 +75,4 @@ def test_spec_time_benchmark_times_each_recipe(tmp_path: Path) -> None:
     assert set(report["one_gradient_per_task"]) == {"sst2", "trec"}
     for row in report["one_gradient_per_task"].values():
         assert row["tokens"] > 0 and row["floor_seconds"] > 0 and row["share_of_peak"] > 0
+        assert row["tokens"] <= row["padded_tokens"] < 2 * row["tokens"]

@@ -31,7 +31,7 @@ from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
 from app.ml.binary_index import FLOAT32, SIGN_BITS
-from app.ml.encoders import check_texts, mean_pool, token_batches
+from app.ml.encoders import TokenBatch, check_texts, mean_pool, side_by_side, token_batches
 from app.ml.errors import IncompatibleSpec, InvalidInput
 from app.ml.head import LabelNameHead, check_label_names
 from app.ml.progress import Progress
@@ -207,21 +207,24 @@ def _one_gradient(
     recipe: FitRecipe,
     progress: Progress | None,
 ) -> None:
-    """Accumulate ∇B of the (balanced) loss at B = 0 over mini-batches."""
+    """Set ∇B of the (balanced) loss at B = 0: the sum of each batch's gradient, the batches run
+    side by side on a CPU's threads (`side_by_side`), summed in a fixed order."""
     num_classes = soft.shape[1]
     weights = _class_weights(hard, num_classes) if recipe.balanced else torch.ones(len(texts))
     weights = weights / weights.sum()
     device = space.encoder.device
-    batches = list(
+    batches = sorted(
         token_batches(
             space.encoder.tokenizer,
             texts,
             batch_size=recipe.batch_size,
             max_tokens=recipe.max_tokens,
             device=device,
-        )
+        ),
+        key=lambda b: -b.inputs["input_ids"].numel(),  # the largest first: the threads finish together
     )
-    for step, batch in enumerate(batches):
+
+    def gradient(batch: TokenBatch) -> list[torch.Tensor]:
         idx = torch.tensor(batch.indices)
         logits = logits_fn(_features(space, batch.inputs))
         y = soft[idx].to(device)
@@ -230,9 +233,17 @@ def _one_gradient(
             residual = (torch.full_like(y, 1.0 / num_classes) - y) * weights[idx].to(device)[:, None]
         else:
             residual = (torch.softmax(logits.detach(), dim=-1) - y) * weights[idx].to(device)[:, None]
-        (logits * residual).sum().backward()
+        grads = torch.autograd.grad((logits * residual).sum(), space.b_params, allow_unused=True)
+        return [torch.zeros_like(b) if g is None else g for b, g in zip(space.b_params, grads, strict=True)]
+
+    total = [torch.zeros_like(b) for b in space.b_params]
+    for step, grads in enumerate(side_by_side(gradient, batches, device)):
+        for acc, grad in zip(total, grads, strict=True):
+            acc += grad
         if progress:
             progress(step + 1, len(batches), "gradient at B = 0")
+    for b, grad in zip(space.b_params, total, strict=True):
+        b.grad = grad
 
 
 def _adam_steps(

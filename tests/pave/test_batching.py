@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from app.ml.encoders import plan_batches, token_batches
+from app.ml.encoders import plan_batches, side_by_side, token_batches
 from app.ml.pave import fit_pave_spec
 from app.ml.spec_space import FitRecipe, SpecSpace
 
@@ -83,3 +83,46 @@ def test_the_spec_does_not_depend_on_how_its_texts_are_batched(tiny_space: SpecS
     wide = fit_pave_spec(tiny_space, texts, labels, names, kind="task", recipe=FitRecipe(batch_size=64))
     narrow = fit_pave_spec(tiny_space, texts, labels, names, kind="task", recipe=FitRecipe(batch_size=1))
     assert float(np.mean(wide.vector == narrow.vector)) > 0.999
+
+
+def test_side_by_side_keeps_the_order_and_restores_the_thread_count() -> None:
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        seen: list[int] = []
+
+        def square(x: int) -> int:
+            seen.append(torch.get_num_threads())
+            return x * x
+
+        assert list(side_by_side(square, list(range(8)), torch.device("cpu"))) == [x * x for x in range(8)]
+        assert seen == [1] * 8  # each item on one thread, not split over both
+        assert torch.get_num_threads() == 2
+
+        def fails(x: int) -> int:
+            if x == 3:
+                raise ValueError("item 3")
+            return x
+
+        with pytest.raises(ValueError, match="item 3"):
+            list(side_by_side(fails, list(range(6)), torch.device("cpu")))
+        assert torch.get_num_threads() == 2
+        torch.set_num_threads(1)  # one thread: the items run in turn, on the caller's thread
+        assert list(side_by_side(square, [1, 2], torch.device("cpu"))) == [1, 4]
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_spec_is_the_same_fitted_side_by_side_or_in_turn(tiny_space: SpecSpace) -> None:
+    texts = [" ".join(["good movie"] * (1 + i % 9)) for i in range(40)]
+    labels = [i % 2 for i in range(40)]
+    recipe = FitRecipe(batch_size=4)  # several batches
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        in_turn = fit_pave_spec(tiny_space, texts, labels, ["neg", "pos"], kind="task", recipe=recipe)
+        torch.set_num_threads(2)
+        both = fit_pave_spec(tiny_space, texts, labels, ["neg", "pos"], kind="task", recipe=recipe)
+    finally:
+        torch.set_num_threads(before)
+    assert float(np.mean(in_turn.vector == both.vector)) > 0.999

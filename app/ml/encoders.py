@@ -289,7 +289,6 @@ def token_batches(
         yield TokenBatch(indices=idx, inputs={k: v.to(device) for k, v in enc.items()})
 
 
-@torch.no_grad()
 def embed_texts(
     encoder: Encoder,
     texts: Sequence[str],
@@ -298,13 +297,23 @@ def embed_texts(
     max_tokens: int = 128,
     model: torch.nn.Module | None = None,
 ) -> torch.Tensor:
-    """Mean-pooled features of ``texts`` (rows in input order), float32 on the CPU."""
+    """Mean-pooled features of ``texts`` (rows in input order), float32 on the CPU; the batches
+    run side by side on a CPU's threads (`side_by_side`)."""
     texts = check_texts(texts)
     net = model if model is not None else encoder.model
     out = torch.empty(len(texts), encoder.hidden_size)
-    for batch in token_batches(
-        encoder.tokenizer, texts, batch_size=batch_size, max_tokens=max_tokens, device=encoder.device
-    ):
-        hidden = net(**batch.inputs).last_hidden_state
-        out[batch.indices] = mean_pool(hidden, batch.inputs["attention_mask"]).float().cpu()
+    batches = sorted(
+        token_batches(
+            encoder.tokenizer, texts, batch_size=batch_size, max_tokens=max_tokens, device=encoder.device
+        ),
+        key=lambda b: -b.inputs["input_ids"].numel(),
+    )
+
+    def pooled(batch: TokenBatch) -> torch.Tensor:
+        with torch.no_grad():  # per thread: the caller's grad mode does not reach the pool's threads
+            hidden = net(**batch.inputs).last_hidden_state
+            return mean_pool(hidden, batch.inputs["attention_mask"]).float().cpu()
+
+    for batch, rows in zip(batches, side_by_side(pooled, batches, encoder.device), strict=True):
+        out[batch.indices] = rows
     return out

@@ -289,6 +289,16 @@ def token_batches(
         yield TokenBatch(indices=idx, inputs={k: v.to(device) for k, v in enc.items()})
 
 
+def run_batches(
+    fn: Callable[[TokenBatch], R], batches: Sequence[TokenBatch], device: torch.device
+) -> Iterator[tuple[TokenBatch, R]]:
+    """``fn`` of each batch, the largest first, side by side on a CPU's threads (`side_by_side`):
+    (batch, result) pairs in that order, the same order on every run. ``fn`` runs on the pool's
+    threads, so it sets its own grad mode (``torch.no_grad`` holds per thread)."""
+    ordered = sorted(batches, key=lambda b: -b.inputs["input_ids"].numel())
+    return zip(ordered, side_by_side(fn, ordered, device), strict=True)
+
+
 def embed_texts(
     encoder: Encoder,
     texts: Sequence[str],
@@ -297,23 +307,21 @@ def embed_texts(
     max_tokens: int = 128,
     model: torch.nn.Module | None = None,
 ) -> torch.Tensor:
-    """Mean-pooled features of ``texts`` (rows in input order), float32 on the CPU; the batches
-    run side by side on a CPU's threads (`side_by_side`)."""
+    """Mean-pooled features of ``texts`` (rows in input order), float32 on the CPU (`run_batches`)."""
     texts = check_texts(texts)
     net = model if model is not None else encoder.model
     out = torch.empty(len(texts), encoder.hidden_size)
-    batches = sorted(
+    batches = list(
         token_batches(
             encoder.tokenizer, texts, batch_size=batch_size, max_tokens=max_tokens, device=encoder.device
-        ),
-        key=lambda b: -b.inputs["input_ids"].numel(),
+        )
     )
 
     def pooled(batch: TokenBatch) -> torch.Tensor:
-        with torch.no_grad():  # per thread: the caller's grad mode does not reach the pool's threads
+        with torch.no_grad():
             hidden = net(**batch.inputs).last_hidden_state
             return mean_pool(hidden, batch.inputs["attention_mask"]).float().cpu()
 
-    for batch, rows in zip(batches, side_by_side(pooled, batches, encoder.device), strict=True):
+    for batch, rows in run_batches(pooled, batches, encoder.device):
         out[batch.indices] = rows
     return out

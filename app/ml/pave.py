@@ -31,7 +31,7 @@ from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
 from app.ml.binary_index import FLOAT32, SIGN_BITS
-from app.ml.encoders import TokenBatch, check_texts, mean_pool, side_by_side, token_batches
+from app.ml.encoders import TokenBatch, check_texts, mean_pool, run_batches, token_batches
 from app.ml.errors import IncompatibleSpec, InvalidInput
 from app.ml.head import LabelNameHead, check_label_names
 from app.ml.progress import Progress
@@ -208,20 +208,19 @@ def _one_gradient(
     progress: Progress | None,
 ) -> None:
     """Set ∇B of the (balanced) loss at B = 0: the sum of each batch's gradient, the batches run
-    side by side on a CPU's threads (`side_by_side`), summed in a fixed order."""
+    side by side on a CPU's threads and summed in a fixed order (`run_batches`)."""
     num_classes = soft.shape[1]
     weights = _class_weights(hard, num_classes) if recipe.balanced else torch.ones(len(texts))
     weights = weights / weights.sum()
     device = space.encoder.device
-    batches = sorted(
+    batches = list(
         token_batches(
             space.encoder.tokenizer,
             texts,
             batch_size=recipe.batch_size,
             max_tokens=recipe.max_tokens,
             device=device,
-        ),
-        key=lambda b: -b.inputs["input_ids"].numel(),  # the largest first: the threads finish together
+        )
     )
 
     def gradient(batch: TokenBatch) -> list[torch.Tensor]:
@@ -237,7 +236,7 @@ def _one_gradient(
         return [torch.zeros_like(b) if g is None else g for b, g in zip(space.b_params, grads, strict=True)]
 
     total = [torch.zeros_like(b) for b in space.b_params]
-    for step, grads in enumerate(side_by_side(gradient, batches, device)):
+    for step, (_, grads) in enumerate(run_batches(gradient, batches, device)):
         for acc, grad in zip(total, grads, strict=True):
             acc += grad
         if progress:

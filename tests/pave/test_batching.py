@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from app.ml.encoders import plan_batches, side_by_side, token_batches
+from app.ml.encoders import plan_batches, run_batches, side_by_side, token_batches
 from app.ml.pave import fit_pave_spec
 from app.ml.spec_space import FitRecipe, SpecSpace
 
@@ -126,3 +126,17 @@ def test_the_spec_is_the_same_fitted_side_by_side_or_in_turn(tiny_space: SpecSpa
     finally:
         torch.set_num_threads(before)
     assert float(np.mean(in_turn.vector == both.vector)) > 0.999
+
+
+def test_run_batches_hands_out_the_largest_first(tiny_space: SpecSpace) -> None:
+    texts = ["good"] * 6 + ["good movie " * 10] * 2
+    batches = list(
+        token_batches(
+            tiny_space.encoder.tokenizer, texts, batch_size=2, max_tokens=32, device=torch.device("cpu")
+        )
+    )
+    pairs = list(run_batches(lambda b: len(b.indices), batches, torch.device("cpu")))
+    sizes = [b.inputs["input_ids"].numel() for b, _ in pairs]
+    assert sizes == sorted(sizes, reverse=True)
+    assert sorted(i for b, _ in pairs for i in b.indices) == list(range(len(texts)))
+    assert all(n == len(b.indices) for b, n in pairs)

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
-from app.ml.encoders import configure_threads, default_device, token_batches
+from app.ml.encoders import TokenBatch, configure_threads, default_device, run_batches, token_batches
 from app.ml.errors import InvalidPackage
 from app.ml.package_content import check_safetensors_files, check_transformers_dir, check_tree, config_errors
 from app.ml.packages import LearnwarePackage
@@ -63,12 +63,19 @@ class HfSeqClsRunner(Runner):
         limit = getattr(config, "max_position_embeddings", None)
         self.max_tokens = min(max_tokens, int(limit)) if isinstance(limit, int) and limit > 8 else max_tokens
 
-    @torch.no_grad()
     def _predict(self, texts: list[str], batch_size: int) -> tuple[np.ndarray, np.ndarray | None]:
         probs = np.empty((len(texts), len(self.label_names)), dtype=np.float32)
-        for batch in token_batches(
-            self.tokenizer, texts, batch_size=batch_size, max_tokens=self.max_tokens, device=self.device
-        ):
-            logits = self.model(**batch.inputs).logits.float()
-            probs[batch.indices] = torch.softmax(logits, dim=-1).cpu().numpy()
+        batches = list(
+            token_batches(
+                self.tokenizer, texts, batch_size=batch_size, max_tokens=self.max_tokens, device=self.device
+            )
+        )
+
+        def softmax(batch: TokenBatch) -> np.ndarray:
+            with torch.no_grad():
+                logits = self.model(**batch.inputs).logits.float()
+                return torch.softmax(logits, dim=-1).cpu().numpy()
+
+        for batch, rows in run_batches(softmax, batches, self.device):
+            probs[batch.indices] = rows
         return probs.argmax(axis=1), probs

@@ -80,9 +80,12 @@ def side_by_side(fn: Callable[[T], R], items: Sequence[T], device: torch.device)
     on 2 threads and 38 ms on one (this 2-core VM, ``OMP_WAIT_POLICY=PASSIVE``). Running two
     batches at once, one thread each, keeps both cores busy without splitting: 32-shot user specs
     took 0.64 of the time of the same batches in turn (the sum of six sets' medians, 4 rounds
-    interleaved, 2026-12-02), identical vectors. Items are handed out in
-    the order given (put the largest first); results come back in that order, so a sum over them
-    is the same whatever thread ran what. The process's thread count is restored afterwards.
+    interleaved, 2026-12-02), identical vectors.
+
+    Items are handed out in the order given (put the largest first) and their results come back in
+    that order, so a sum over them is the same whatever thread ran what. The pool's threads set
+    torch's thread count to one, which is process-wide for threads that start meanwhile; the
+    caller's count is restored when the last item is done.
     """
     threads = torch.get_num_threads()
     if device.type != "cpu" or threads < 2 or len(items) < 2:

@@ -219,14 +219,15 @@ def token_lengths(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str]) -> l
     ]
 
 
-BATCH_OVERHEAD_TOKENS = 128
+BATCH_OVERHEAD_TOKENS = 32
 """What one more batch costs, in padded tokens' worth, when `plan_batches` weighs padding against
-the batch count: a batch's fixed cost (30–50 ms a forward and backward pass of the default base on
-this CPU, beyond 0.43–0.52 ms a token) and the lower rate of small matrix products. Timed on six
-32-shot user sets with 2 threads, interleaved with fixed batches of 16: the sum of the sets' median
-spec times was 0.99 / 0.92 / 0.87 / 0.88 of fixed batches' at 32 / 64 / 128 / 256 with
-``OMP_WAIT_POLICY=PASSIVE``, and 0.86 / 0.83 / 0.84 / 0.89 without (2026-12-02). Run side by side
-(`side_by_side`, one thread a batch) 32 / 64 / 128 made no difference (2.90 / 2.90 / 2.95 s summed)."""
+the batch count. On a CPU the batches run side by side, one thread each (`side_by_side`), where a
+batch's fixed cost is small. Timed interleaved with fixed batches of 16 in turn (the sum of the
+sets' median 32-shot spec times, 2 threads, ``OMP_WAIT_POLICY=PASSIVE``, 2026-12-02), 32 / 64 / 128
+gave 2.90 / 2.90 / 2.95 s against 5.47 on the six sets `bench spec-time` uses (seed 0), and
+2.44 / 2.67 / 2.95 s against 4.47 on six others (mr, banking77, uci_imdb, tweet_sentiment, subj,
+davidson_hate; seed 1). Run in turn on 2 threads, where every batch pays for splitting each
+operation, 128 was the better value (0.87 of fixed batches' time, 32: 0.99)."""
 
 
 def plan_batches(
@@ -239,7 +240,7 @@ def plan_batches(
     programming over the sorted lengths), with at most ``token_budget`` padded tokens a batch (a
     text longer than that is a batch alone). On six 32-shot user sets, sorted batches of 16 padded
     to 1.24–1.73 times the real tokens (one 127-token news item padded a batch of texts near 60);
-    this split pads to 1.16–1.26 times. Returns positions into ``lengths``, in order of length.
+    this split pads to 1.07–1.23 times. Returns positions into ``lengths``, in order of length.
     """
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
     sorted_lengths = np.asarray([lengths[i] for i in order], dtype=np.int64)

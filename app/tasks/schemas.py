@@ -32,9 +32,10 @@ class MatchRead(BaseModel):
     """One ranked learnware and why it is where it is.
 
     Order of a task's matches: those the shot check ran on the task's examples and that did
-    better than chance, by `shot_log_likelihood` less `shot_map_cost` (then `shot_accuracy`); then
+    better than chance (`shot_log_likelihood` less `shot_map_cost` above a uniform guess's, the
+    log of 1 / the task's label count), by that score (then `shot_accuracy`); then
     the unchecked ones by `tier` (labels-by-name, then label-map), each tier by `score`; then
-    checked ones that did no better than chance; then those that cannot answer (`tier`
+    checked ones that did no better than chance, by the same score; then those that cannot answer (`tier`
     cannot-answer). `score` is the spec
     cosine alone, so it is not in rank order; `reason` says in one line what placed each match.
     """

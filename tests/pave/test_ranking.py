@@ -310,6 +310,38 @@ def test_rank_for_task_order_and_reasons() -> None:
     assert [r.id for r in rank_for_task(ordered, user)] == [1, 2, 3, 5, 4, 6]
 
 
+def test_a_match_beats_chance_by_its_score_not_by_its_accuracy() -> None:
+    """Right more often than a guess, but so sure of its mistakes (or so dear a map) that its score
+    is below a uniform guess's log 1/K: it is not ranked above the unchecked matches."""
+    user = ["world", "sports", "business", "tech"]
+    ordered = by_tier(
+        [
+            Candidate(1, 0.5, ("anger", "joy", "sadness", "fear")),
+            Candidate(2, 0.4, tuple(user)),
+            Candidate(3, 0.3, tuple(user)),
+            Candidate(4, 0.2, tuple(user)),
+        ],
+        user,
+    )
+    guess = math.log(1 / 4)
+    # 28% right (chance 25%), scoring -1.58 less 0.12 for the map: -1.70 < log 1/4 = -1.39.
+    emotion = ShotScore(0.28, 0.22, -1.58, map_cost=0.12)
+    # As often right, but its score beats a guess's.
+    sure = ShotScore(0.28, 0.3, -1.30)
+    # At chance too, but less bad than the emotion model: below chance, the score orders as well.
+    unsure = ShotScore(0.25, 0.24, -1.45)
+    shots = {1: emotion, 3: sure, 4: unsure}
+    ranked = rank_for_task(ordered, user, maps={1: LabelMap((0, 1, 2, 3), "examples", 4)}, shots=shots)
+    by_id = {r.id: r for r in ranked}
+    assert emotion.score < unsure.score < guess < sure.score
+    assert not by_id[1].beats_chance and by_id[3].beats_chance
+    assert [r.id for r in ranked] == [3, 2, 4, 1]
+    assert f"a uniform guess's {guess:.2f}" in by_id[1].reason(32)
+    # A score at a guess's exactly (a model giving every label 1/4) does not beat it.
+    flat = rank_for_task(ordered, user, shots={3: ShotScore(0.25, 0.25, guess)})
+    assert not {r.id: r for r in flat}[3].beats_chance
+
+
 def test_checked_matches_are_ordered_by_log_probability_not_by_lucky_accuracy() -> None:
     """On 16 easy examples an unsure model (trained on random labels) can be right every time; a
     sure model right 14 times gave the labels far more probability, and ranks first."""

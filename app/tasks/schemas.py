@@ -64,8 +64,9 @@ class MatchRead(BaseModel):
         default=None,
         description="how the label map was chosen: equal names; the meaning of the names (their "
         "embeddings agree on one map by a clear margin); or the task's examples, where the names "
-        "are codes or do not decide it (a relabelling, or codes on either side: the examples never "
-        "pick a few of a larger model's classes whose names mean something else)",
+        "are codes or do not decide it (where both sides' names mean something, weighed with their "
+        "reading, so clear names settle what a few examples cannot, and a map they argue against "
+        "costs more: `shot_map_cost`)",
     )
     restricted: bool = Field(
         default=False,

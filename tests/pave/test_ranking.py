@@ -467,7 +467,7 @@ def test_check_on_examples_is_the_map_and_its_priced_score() -> None:
     )
     assert checked is not None
     label_map, score = checked
-    assert label_map == LabelMap((1, 2), "examples", 6)
+    assert label_map == LabelMap((1, 2), "examples", 6, names_weighed=True)
     prior = names_log_prior(["bad", "good"], trec, sim, 0.05)
     assert score == held_out_score(predicted, None, labels, label_map, prior)
     assert (
@@ -475,4 +475,56 @@ def test_check_on_examples_is_the_map_and_its_priced_score() -> None:
             trec[:3], ["neg", "pos"], predicted % 2, None, labels, similarity=None, temperature=0.05
         )
         is None
+    )
+
+
+def test_the_names_and_the_examples_weigh_in_together_on_a_map() -> None:
+    """A user's renamed many-intent task ("distance class" for "distance") with fewer examples
+    than labels: the meaning margin fails on two near names, so the examples map; by them alone
+    the labels without an example go anywhere (and each example held out is wrong). Weighed with
+    the names' reading (the shortest two-part code), the examples settle what the names leave
+    open, clear names settle what the examples cannot, and one erring example does not pair two
+    labels a person would never pair; the match says how the map was chosen."""
+    model = ["distance", "directions", "travel notification", "alarm", "timer", "weather"]
+    user = [f"{n} class" for n in reversed(model)]
+    truth = (5, 4, 3, 2, 1, 0)  # user label i is model class truth[i]
+    sim = np.full((6, 6), 0.2)
+    for i, j in enumerate(truth):
+        sim[i, j] = 0.9
+    sim[4, 0] = sim[5, 1] = 0.89  # "directions class" and "distance class" near both
+    assert map_by_meaning(user, model, sim) is None
+    labels, predicted = np.array([0, 1, 2, 4]), np.array([5, 4, 3, 1])
+    by_counts = map_by_examples(predicted, None, labels, 6, 6)
+    assert by_counts.model_class != truth and not by_counts.names_weighed
+    assert held_out_score(predicted, None, labels, by_counts).accuracy == 0.25
+    checked = check_on_examples(user, model, predicted, None, labels, similarity=sim, temperature=0.05)
+    assert checked is not None
+    label_map, score = checked
+    assert label_map == LabelMap(truth, "examples", 6, names_weighed=True)
+    assert score.accuracy == 1.0 and score.names_agree is True
+    assert score.map_cost < held_out_score(predicted, None, labels, by_counts).map_cost
+    reason = rank_for_task([Candidate(1, 0.4, tuple(model))], user, maps={1: label_map}, shots={1: score})[
+        0
+    ].reason(4, user, model)
+    assert "labels mapped by your examples weighed with the meaning of the names" in reason
+    prior = names_log_prior(user, model, sim, 0.05)
+    assert prior is not None
+    # Where the names barely separate two classes, an example decides: the model answers
+    # "directions class" with "distance".
+    assert map_by_examples(np.array([5, 4, 3, 0]), None, labels, 6, 6, prior).model_class[4] == 0
+    # Where they are clear, one erring example does not: "timer class" answered with "alarm".
+    erring = map_by_examples(np.array([5, 3, 3, 1]), None, labels, 6, 6, prior)
+    assert erring.model_class == truth
+    assert map_by_examples(np.array([5, 3, 3, 1]), None, labels, 6, 6).model_class[1] != 4
+    # Sixteen examples against names that lean one way only a little win; against clear names
+    # they do not: an inverted classifier is not read the other way round.
+    binary, user2, model2 = np.repeat([0, 1], 8), ["normal", "junk"], ["ham", "spam"]
+    lean = names_log_prior(user2, model2, np.array([[0.5, 0.45], [0.45, 0.5]]), 0.05)
+    clear = names_log_prior(user2, model2, np.array([[0.9, 0.3], [0.3, 0.9]]), 0.05)
+    assert lean is not None and clear is not None
+    assert map_by_examples(1 - binary, None, binary, 2, 2, lean).model_class == (1, 0)
+    assert map_by_examples(1 - binary, None, binary, 2, 2, clear).model_class == (0, 1)
+    # Codes have no reading: the examples alone, as before.
+    assert (
+        choose_label_map([str(i) for i in range(6)], model, predicted=predicted, labels=labels) == by_counts
     )

@@ -13,11 +13,10 @@ whether a learnware can serve the user and how well:
    are the examples' to pick where there are some (`choose_label_map`); by the user's examples
    where the names are codes ("0", "LABEL_1") or do not decide it, weighed with the names'
    reading where they carry meaning, so clear names settle what a few examples cannot
-   (`map_by_examples`). A map chosen from
-   data alone can be absurd (an inverted spam filter's "ham" onto the user's word for spam),
-   which is why meaning comes first, and why
-   a map the examples chose pays for itself (`map_cost`): its description length, under the
-   names' own reading of the map where both sides' names carry meaning.
+   (`map_by_examples`). A map chosen from data alone can be absurd (an inverted spam filter's
+   "ham" onto the user's word for spam), which is why meaning comes first, and why a map the
+   examples chose pays for itself (`map_cost`): its description length, under the names' own
+   reading of the map where both sides' names carry meaning.
 3. **How it does on the user's examples** (the shot check): while the dock holds a few-shot
    task's examples it runs a few of the top candidates on them under their label maps. The
    candidates are picked so that near-identical specs (copies, floods) take one place, not all.
@@ -245,13 +244,13 @@ def map_by_examples(
     least `FLOOR_SHARE_OF_CHANCE` of chance as in the score; a model without probabilities gives
     1 to its answer). Hungarian on the sum.
 
-    So the examples decide a map the names leave open or get wrong (an inverted spam filter's
-    "ham" onto the user's "spam" on 16 examples), and clear names decide what a few examples
-    cannot: 64 examples cannot say which of a 150-intent model's classes answers each of a
-    user's 150 renamed labels, and a map by counts alone paired "distance class" with "travel
-    notification" (34% held out), and, where the model erred on one example, "spelling" with
-    "bill due class". Optimistic with a handful of examples: it is chosen on the examples it is
-    then scored on (`held_out_score`)."""
+    So the examples decide where the names are absent or unclear, and clear names decide what a
+    few examples cannot: 64 examples cannot say which of a 150-intent model's classes answers
+    each of a user's 150 renamed labels, and a map by counts alone paired "distance class" with
+    "travel notification" (34% held out) and, where the model erred on one example, "spelling"
+    with "bill due class". Nor do a handful of an inverted classifier's answers turn clear names
+    round: it keeps the names' map and scores as badly as it does. Optimistic with a handful of
+    examples: it is chosen on the examples it is then scored on (`held_out_score`)."""
     labels = np.asarray(labels, dtype=np.int64)
     predicted = np.asarray(predicted, dtype=np.int64)
     if probs is None:

@@ -244,6 +244,9 @@ class Market:
             self.tasks[name] = load_task(datasets, name, "train")
             self.tests[name] = load_task(datasets, name, "test", limit=profile.test_cap)
         self.learnwares: list[Learnware] = []
+        self.refused: list[dict[str, str]] = []
+        """Learnwares trained for the market that the dock would refuse at upload (key, reason):
+        left out of the market, as the dock leaves them out of its index."""
         self._runners: dict[int, Any] = {}
         self._packages: dict[int, LearnwarePackage] = {}
 
@@ -258,6 +261,8 @@ class Market:
         ]
 
     def build(self) -> None:
+        """Train (or load) each planned learnware and admit those the dock would admit. A
+        learnware's id is its position among the admitted ones."""
         from app.ml.packages import extract_package
 
         for name, family, variant in tqdm(self.plan(), desc="market: learnwares"):
@@ -265,19 +270,39 @@ class Market:
             dest = self.cache.path("extracted", zip_path.stem)
             shutil.rmtree(dest, ignore_errors=True)
             package = extract_package(zip_path, dest)
-            self._packages[len(self.learnwares)] = package
-            self.learnwares.append(
-                Learnware(
-                    id=len(self.learnwares),
-                    task=name,
-                    family=family,
-                    variant=variant,
-                    package_dir=dest,
-                    label_names=list(package.manifest.label_names),
-                    inputs=list(package.inputs)[: self.profile.spec_inputs],
-                    model_format=package.manifest.model_format,
-                )
+            lw = Learnware(
+                id=len(self.learnwares),
+                task=name,
+                family=family,
+                variant=variant,
+                package_dir=dest,
+                label_names=list(package.manifest.label_names),
+                inputs=list(package.inputs)[: self.profile.spec_inputs],
+                model_format=package.manifest.model_format,
             )
+            self._packages[lw.id] = package
+            reason = self._refusal(lw)
+            if reason is None:
+                self.learnwares.append(lw)
+            else:
+                log.warning("market: %s left out, as the dock would refuse it: %s", lw.key, reason)
+                self.refused.append({"key": lw.key, "reason": reason})
+                self._packages.pop(lw.id)
+                self._runners.pop(lw.id, None)
+
+    def _refusal(self, lw: Learnware) -> str | None:
+        """Why the dock's upload validation would refuse ``lw`` (its answers on its declared
+        inputs, as ``app.ml.validation`` checks them), or None."""
+        from app.ml.validation import InvalidPackage, check_answers
+
+        answers_on_inputs = self.predictions(lw)
+        probs = answers_on_inputs if answers_on_inputs.ndim == 2 else None
+        labels = answers_on_inputs.argmax(axis=1) if probs is not None else answers_on_inputs.astype(np.int64)
+        try:
+            check_answers(labels, probs, lw.label_names)
+        except InvalidPackage as refused:
+            return str(refused)
+        return None
 
     def _training_set(self, name: str, variant: str) -> TextTask:
         """The capped train split, as the variant sees it (labels drawn uniformly at random for a
@@ -418,12 +443,17 @@ def _user_metrics(market: Market, task: str, ranking: list[Match]) -> dict[str, 
     oracle = max(serving)
     top_accs = [market.accuracy(market.learnwares[i], task) for i in tied]
     good_start, good_size = _tie_block(ranking, position[own["good"]])
-    good, bad = position[own["good"]], position[own["corrupted"]]
-    twins_tied = good_start <= bad < good_start + good_size
+    good = position[own["good"]]
+    if "corrupted" in own:  # a corrupted twin the dock would refuse is not in the market
+        bad = position[own["corrupted"]]
+        twins_tied = good_start <= bad < good_start + good_size
+        quality = 0.5 if twins_tied else (1.0 if good < bad else 0.0)
+    else:
+        quality = float("nan")
     return {
         "hit_at1": (1.0 / len(tied)) if own["good"] in tied else 0.0,
         "hit_at5": float(min(1.0, max(0.0, (5 - good_start) / good_size))),
-        "quality_filter": 0.5 if twins_tied else (1.0 if good < bad else 0.0),
+        "quality_filter": quality,
         "oracle_agreement_at1": float(np.mean([a >= oracle - 0.01 for a in top_accs])),
         "normalized_accuracy": float(np.mean(top_accs)) / oracle if oracle > 0 else 0.0,
         "top1_accuracy": float(np.mean(top_accs)),
@@ -432,7 +462,12 @@ def _user_metrics(market: Market, task: str, ranking: list[Match]) -> dict[str, 
 
 
 def _mean_metrics(results: list[dict[str, float]]) -> dict[str, float]:
-    return {k: float(np.mean([r[k] for r in results])) for k in results[0]}
+    """Mean of each metric over the users that have it (NaN: not measurable for that user)."""
+    out = {}
+    for key in results[0]:
+        values = np.asarray([r[key] for r in results], dtype=np.float64)
+        out[key] = float(np.nanmean(values)) if np.any(~np.isnan(values)) else float("nan")
+    return out
 
 
 def _users(market: Market, seeds: tuple[int, ...]) -> Iterator[tuple[str, int, TextTask]]:
@@ -578,6 +613,7 @@ def run_identification_benchmark(
             }
             for lw in lws
         ],
+        "refused": market.refused,
         "per_task": _per_task(per_user),
         "per_user": per_user,
         "seconds_total": time.perf_counter() - started,
@@ -911,6 +947,16 @@ def render_markdown(result: dict[str, Any]) -> str:
                 for lw in result["learnwares"]
             ],
         ),
+    ]
+    if result.get("refused"):
+        lines += [
+            "",
+            "Trained but left out of the market, as the dock's upload validation would refuse them "
+            "(their tasks' users have no corrupted twin to measure the quality filter against):",
+            "",
+            *(f"- `{r['key']}`: {r['reason']}" for r in result["refused"]),
+        ]
+    lines += [
         "",
         "## Per task (PAVE)",
         "",

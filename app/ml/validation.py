@@ -83,13 +83,20 @@ def run_on_inputs(
     seconds = time.perf_counter() - started
     all_labels = np.concatenate(labels)
     all_probs = np.concatenate(probs) if len(probs) == len(labels) else None
-    if all_probs is not None and not np.all(np.isfinite(all_probs)):
+    spread = check_answers(all_labels, all_probs, label_names)
+    return InputsRun(labels=all_labels, probs=all_probs, seconds=seconds, spread=spread)
+
+
+def check_answers(labels: np.ndarray, probs: np.ndarray | None, label_names: Sequence[str]) -> str:
+    """Refuse answers on the declared inputs that no spec can be fitted to: non-finite
+    probabilities, or a single predicted class. Returns the spread of the predicted classes."""
+    if probs is not None and not np.all(np.isfinite(probs)):
         raise InvalidPackage("the model returns non-finite probabilities on its declared inputs")
-    counts = Counter(int(c) for c in all_labels)
+    counts = Counter(int(c) for c in labels)
     spread = ", ".join(f"{label_names[c]}: {n}" for c, n in sorted(counts.items()))
     if len(counts) < 2:
         raise InvalidPackage(
-            f"the model predicts a single class ({spread}) on its {len(texts)} declared inputs: "
+            f"the model predicts a single class ({spread}) on its {len(labels)} declared inputs: "
             "its spec needs inputs on which it predicts at least two classes"
         )
-    return InputsRun(labels=all_labels, probs=all_probs, seconds=seconds, spread=spread)
+    return spread

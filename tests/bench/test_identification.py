@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from app.bench.identification import METHODS, run_identification_benchmark
@@ -88,3 +89,35 @@ def test_another_market_seed_is_another_market(datasets_dir: Path, tmp_path: Pat
             assert {(task, "good"), (task, "corrupted")} <= {(t, v) for t, _, v in plan}
     corrupted = [market._training_set("sst2", "corrupted").labels for market in markets]
     assert len(corrupted[0]) == len(corrupted[1]) and (corrupted[0] != corrupted[1]).any()
+
+
+def test_a_learnware_the_dock_would_refuse_is_left_out_of_the_market(
+    datasets_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A twin trained on 95% random labels can collapse to one class on its declared inputs (as
+    the full profile's ag_news LoRA twin does); the dock refuses such an upload, so the market
+    leaves it out, says why, and its task's users have no quality filter to measure."""
+    from app.bench.identification import PROFILES, Cache, Market, _user_metrics
+    from app.ml.identify import Match
+
+    profile = PROFILES["smoke"]
+    cache = Cache(tmp_path / "cache")
+    market = Market(profile, datasets_dir, cache, space=None, seed=0)  # type: ignore[arg-type]
+    plan = [("sst2", "onnx", "good"), ("sst2", "onnx", "corrupted"), ("trec", "onnx", "good")]
+    monkeypatch.setattr(Market, "plan", lambda self: plan)
+    # Train the packages, then give the twin the answers of a collapsed model: every declared
+    # input read as "negative" with certainty.
+    for task, family, variant in plan:
+        market._package(task, family, variant)
+    probs = np.zeros((profile.spec_inputs, 2), np.float32)
+    probs[:, 0] = 1.0
+    np.save(cache.path("arrays", f"pred-sst2-onnx-random95-{profile.spec_inputs}.npy"), probs)
+
+    market.build()
+
+    assert [lw.key for lw in market.learnwares] == ["sst2-onnx-good", "trec-onnx-good"]
+    assert [lw.id for lw in market.learnwares] == [0, 1]
+    assert [r["key"] for r in market.refused] == ["sst2-onnx-random95"]
+    assert "predicts a single class" in market.refused[0]["reason"]
+    metrics = _user_metrics(market, "sst2", [Match(0, 0.9), Match(1, 0.1)])
+    assert np.isnan(metrics["quality_filter"]) and metrics["hit_at1"] == 1.0

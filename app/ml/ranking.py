@@ -28,8 +28,10 @@ handful of easy examples, but unsure, loses to one that is right and sure) less 
 label map the examples chose (`map_cost`: the map's description length per example, so a
 larger model restricted to a few of its classes, one of many maps that could fit a handful of
 examples, does not win on a lucky fit, and a map the names argue against costs the most); then
-the unchecked ones by tier, each tier in cosine order; then checked matches that did no better
-than chance, by the same score; then those that cannot answer.
+the unchecked ones that answer the user's labels by name, in cosine order; then checked matches
+that did no better than chance, by the same score; then the unchecked ones that would need a
+label map (none was chosen: the user could not read their answers), in cosine order; then those
+that cannot answer.
 """
 
 from __future__ import annotations
@@ -666,7 +668,8 @@ class Ranked:
             verdict = (
                 ""
                 if self.beats_chance
-                else f" (no better than chance, a uniform guess's {guess:.2f}: ranked after unchecked ones)"
+                else f" (no better than chance, a uniform guess's {guess:.2f}: ranked after unchecked matches "
+                "that answer your labels by name)"
             )
             shots = f"your {n_examples} examples" if n_examples else "your examples"
             cost = (
@@ -684,7 +687,10 @@ class Ranked:
             agree = None if self.shot is None else self.shot.names_agree
             parts.append(self.label_map.describe(user_names, model_names, agree))
         elif self.tier == Tier.LABEL_MAP:
-            parts.append("other label names: may answer through a label map (not checked)")
+            parts.append(
+                "other label names, no label map chosen: may answer through one (not checked), "
+                "ranked after the checked matches"
+            )
         parts.append(f"spec similarity {self.score:.3f}")
         return "; ".join(parts)
 
@@ -697,8 +703,10 @@ def rank_for_task(
     shots: Mapping[int, ShotScore | None] | None = None,
 ) -> list[Ranked]:
     """The final order (module docstring): checked and better than chance by shot score; the
-    unchecked by tier then cosine (``ordered`` must be `by_tier`'s order); checked but no better
-    than chance, by shot score; those that cannot answer. Stable: equal scores keep ``ordered``'s order."""
+    unchecked that answer the user's labels with a map (by name), in ``ordered``'s order (it must
+    be `by_tier`'s); checked but no better than chance, by shot score; the unchecked that would
+    need a label map nobody chose, in ``ordered``'s order; those that cannot answer. Stable: equal
+    scores keep ``ordered``'s order."""
     maps = maps or {}
     shots = shots or {}
     chance = 1.0 / max(1, len(user_names))
@@ -712,10 +720,14 @@ def rank_for_task(
 
     def group(r: Ranked) -> int:
         if r.tier == Tier.CANNOT:
-            return 3
+            return 4
         if r.checked:
             return 0 if r.beats_chance else 2
-        return 1
+        # Unchecked: usable as it stands where it has a map; without one the user cannot read its
+        # answers at all, so it comes after what was run on the examples, even what did badly (a
+        # cola user's own learnware, 64% right but no better than a guess by its confident
+        # mistakes, once ranked below an unchecked intent model with no map).
+        return 1 if r.label_map is not None else 3
 
     def by_shot_score(g: int) -> list[Ranked]:
         # sorted() is stable under reverse=True too: equal shot scores keep the incoming order.
@@ -727,9 +739,10 @@ def rank_for_task(
 
     # The checked ones no better than chance are ordered by their score as well: where nothing
     # beats a guess, the least bad of what was run on the examples comes first, not the closest spec.
-    unchecked = [r for r in ranked if group(r) == 1]
-    cannot = [r for r in ranked if group(r) == 3]
-    return by_shot_score(0) + unchecked + by_shot_score(2) + cannot
+    def in_order(g: int) -> list[Ranked]:
+        return [r for r in ranked if group(r) == g]
+
+    return by_shot_score(0) + in_order(1) + by_shot_score(2) + in_order(3) + in_order(4)
 
 
 def as_ranked(candidates: Sequence[Candidate]) -> list[Ranked]:

@@ -79,7 +79,8 @@ def test_a_flood_of_copied_specs_does_not_displace_the_good_learnware(
     junk = [m for m in few.matches if m.learnware_id != good.learnware_id]
     assert len(junk) == JUNK and all(m.spec_recomputed is False for m in junk)
     # The copies share one cluster with the good learnware's spec: at most one more of them was
-    # checked, and a checked one no better than chance is ranked after the unchecked ones.
+    # checked, and a checked one no better than chance is ranked after the unchecked ones that
+    # answer by name.
     assert all(m.shot_accuracy is None or m.shot_accuracy < top.shot_accuracy for m in junk)
     # Spec-only users get no shot check; equal cosines go to the oldest learnware, and every
     # match says whether its spec was fitted by the dock.

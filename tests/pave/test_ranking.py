@@ -298,16 +298,42 @@ def test_rank_for_task_order_and_reasons() -> None:
     shots = {1: ShotScore(0.0, 0.1, -2.5), 2: ShotScore(0.9, 0.8, -0.3), 4: ShotScore(0.95, 0.9, -0.2)}
     maps = {4: LabelMap((1, 0), "examples", 2)}
     ranked = rank_for_task(ordered, user, maps=maps, shots=shots)
-    assert [r.id for r in ranked] == [4, 2, 3, 5, 1, 6]
+    # Checked and better than chance; unchecked by name; checked no better than chance; unchecked
+    # with no map (the user could not read its answers); cannot answer.
+    assert [r.id for r in ranked] == [4, 2, 3, 1, 5, 6]
     by_id = {r.id: r for r in ranked}
     assert by_id[1].checked and not by_id[1].beats_chance
     assert "no better than chance" in by_id[1].reason(16)
     assert "95% right" in by_id[4].reason(16) and "your examples" in by_id[4].reason(16)
     assert "log-probability of your labels -0.20" in by_id[4].reason(16)
-    assert "not checked" in by_id[5].reason() and "cannot answer" in by_id[6].reason()
+    assert "no label map chosen" in by_id[5].reason() and "not checked" in by_id[5].reason()
+    assert "cannot answer" in by_id[6].reason()
     assert "matched by name" in by_id[3].reason()
     # Without a shot check: tiers then cosine.
     assert [r.id for r in rank_for_task(ordered, user)] == [1, 2, 3, 5, 4, 6]
+
+
+def test_a_match_without_a_map_never_tops_what_was_checked() -> None:
+    """Every checked match no better than chance (a weak learnware of the user's own task, sure of
+    its mistakes on 16 examples) and no unchecked one that answers by name: the least bad checked
+    one comes first, not the closest unchecked spec with other label names and no map (seen on the
+    full identification profile: a cola user's top match was an intent model it could not read)."""
+    user = ["unacceptable", "acceptable"]
+    ordered = by_tier(
+        [
+            Candidate(1, 0.40, ("positive", "negative", "neutral")),
+            Candidate(2, 0.30, tuple(user)),
+            Candidate(3, 0.20, ("world", "sports")),
+        ],
+        user,
+    )
+    guess = math.log(1 / 2)
+    own = ShotScore(0.62, 0.55, guess - 0.05)
+    other = ShotScore(0.5, 0.5, guess - 0.3, map_cost=0.1)
+    ranked = rank_for_task(ordered, user, maps={3: LabelMap((0, 1), "examples", 2)}, shots={2: own, 3: other})
+    assert [r.id for r in ranked] == [2, 3, 1]
+    assert not ranked[0].beats_chance and ranked[2].label_map is None
+    assert "ranked after the checked matches" in ranked[2].reason()
 
 
 def test_a_match_beats_chance_by_its_score_not_by_its_accuracy() -> None:

@@ -91,9 +91,9 @@ def label_names_option(value: str) -> list[str]:
 
 RANKING_ORDER = (
     "Order: matches checked on your examples that beat chance (by the log-probability they gave "
-    "your labels, less a label map's cost, above a uniform guess's); then the unchecked by what "
-    "they can answer of your labels, each group by spec score; then the checked at chance, by "
-    "their score. Why each one is where it is:"
+    "your labels, less a label map's cost, above a uniform guess's); then the unchecked that "
+    "answer your labels by name, by spec score; then the checked at chance, by their score; then "
+    "the unchecked with other label names and no map, by spec score. Why each one is where it is:"
 )
 
 

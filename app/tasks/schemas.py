@@ -34,9 +34,10 @@ class MatchRead(BaseModel):
     Order of a task's matches: those the shot check ran on the task's examples and that did
     better than chance (`shot_log_likelihood` less `shot_map_cost` above a uniform guess's, the
     log of 1 / the task's label count), by that score (then `shot_accuracy`); then
-    the unchecked ones by `tier` (labels-by-name, then label-map), each tier by `score`; then
-    checked ones that did no better than chance, by the same score; then those that cannot answer (`tier`
-    cannot-answer). `score` is the spec
+    the unchecked ones that answer the task's labels by name (`tier` labels-by-name), by `score`;
+    then checked ones that did no better than chance, by the same score; then the unchecked ones
+    that would need a label map none was chosen for (`tier` label-map, no `label_map`), by `score`;
+    then those that cannot answer (`tier` cannot-answer). `score` is the spec
     cosine alone, so it is not in rank order; `reason` says in one line what placed each match.
     """
 

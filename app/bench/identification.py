@@ -293,7 +293,8 @@ class Market:
     def _refusal(self, lw: Learnware) -> str | None:
         """Why the dock's upload validation would refuse ``lw`` (its answers on its declared
         inputs, as ``app.ml.validation`` checks them), or None."""
-        from app.ml.validation import InvalidPackage, check_answers
+        from app.ml.errors import InvalidPackage
+        from app.ml.validation import check_answers
 
         answers_on_inputs = self.predictions(lw)
         probs = answers_on_inputs if answers_on_inputs.ndim == 2 else None

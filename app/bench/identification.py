@@ -441,19 +441,23 @@ def _user_metrics(market: Market, task: str, ranking: list[Match]) -> dict[str, 
     serving = [
         market.accuracy(lw, task) for lw in market.learnwares if sorted(lw.label_names) == sorted(test_names)
     ]
-    oracle = max(serving)
+    oracle = max(serving, default=0.0)
     top_accs = [market.accuracy(market.learnwares[i], task) for i in tied]
-    good_start, good_size = _tie_block(ranking, position[own["good"]])
-    good = position[own["good"]]
-    if "corrupted" in own:  # a corrupted twin the dock would refuse is not in the market
-        bad = position[own["corrupted"]]
-        twins_tied = good_start <= bad < good_start + good_size
-        quality = 0.5 if twins_tied else (1.0 if good < bad else 0.0)
-    else:
-        quality = float("nan")
+    # A learnware the dock would refuse is not in the market: without its good learnware a task's
+    # users have no hits to measure, without its corrupted twin no quality filter.
+    hit_at1 = hit_at5 = quality = float("nan")
+    if "good" in own:
+        good_start, good_size = _tie_block(ranking, position[own["good"]])
+        good = position[own["good"]]
+        hit_at1 = (1.0 / len(tied)) if own["good"] in tied else 0.0
+        hit_at5 = float(min(1.0, max(0.0, (5 - good_start) / good_size)))
+        if "corrupted" in own:
+            bad = position[own["corrupted"]]
+            twins_tied = good_start <= bad < good_start + good_size
+            quality = 0.5 if twins_tied else (1.0 if good < bad else 0.0)
     return {
-        "hit_at1": (1.0 / len(tied)) if own["good"] in tied else 0.0,
-        "hit_at5": float(min(1.0, max(0.0, (5 - good_start) / good_size))),
+        "hit_at1": hit_at1,
+        "hit_at5": hit_at5,
         "quality_filter": quality,
         "oracle_agreement_at1": float(np.mean([a >= oracle - 0.01 for a in top_accs])),
         "normalized_accuracy": float(np.mean(top_accs)) / oracle if oracle > 0 else 0.0,
@@ -954,7 +958,7 @@ def render_markdown(result: dict[str, Any]) -> str:
         lines += [
             "",
             "Trained but left out of the market, as the dock's upload validation would refuse them "
-            "(their tasks' users have no corrupted twin to measure the quality filter against):",
+            "(their tasks' users have no quality filter, or no hits, to measure without them):",
             "",
             *(f"- `{r['key']}`: {r['reason']}" for r in result["refused"]),
         ]

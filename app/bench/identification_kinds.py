@@ -41,16 +41,19 @@ from app.ml.ranking import (
     Ranked,
     ShotScore,
     Tier,
+    alignment_label_sets,
     answers,
     by_tier,
     check_count,
     check_on_examples,
     choose_checked,
+    label_set,
     map_by_name,
     normalise_label,
     originals_first,
     rank_for_task,
     tier_of,
+    with_alignment,
 )
 
 if TYPE_CHECKING:
@@ -231,12 +234,13 @@ def service_ranking(
 
     names = list(user.shots.label_names)
     pool = {i: v for i, v in specs.items() if i not in user.exclude}
-    found = rank_specs(user_spec, pool)
-    candidates = originals_first(
-        by_tier([Candidate(m.id, m.score, tuple(market.learnwares[m.id].label_names)) for m in found], names),
-        names,
-        pool,
-    )
+    found = [
+        Candidate(m.id, m.score, tuple(market.learnwares[m.id].label_names))
+        for m in rank_specs(user_spec, pool)
+    ]
+    if not user.spec_only:  # a spec-only user's examples never reach the dock: nothing to refit
+        found = with_alignment(found, realigned_candidates(market, user, pool, space))
+    candidates = originals_first(by_tier(found, names), names, pool)
     maps: dict[int, LabelMap | None] = {}
     shots: dict[int, ShotScore | None] = {}
     check = 0 if user.spec_only else check_count(candidates, names, shot_check_k, shot_check_k_unnamed)
@@ -261,6 +265,34 @@ def service_ranking(
             if checked is not None:
                 maps[lw_id], shots[lw_id] = checked
     return rank_for_task(candidates, names, maps=maps, shots=shots)
+
+
+def realigned_candidates(
+    market: Market, user: User, pool: dict[int, np.ndarray], space: SpecSpace
+) -> list[Candidate]:
+    """The learnwares of the label sets `alignment_label_sets` picks for this user, each scored by
+    the cosine of its spec with the user's spec refitted under its set's names, as the service's
+    `find_candidates` scores them (exactly, over the whole set: the benchmark's market is small)."""
+    from app.ml.identify import rank_specs
+    from app.ml.pave import fit_realigned_specs, realignable
+
+    if not realignable(space.config.recipe):
+        return []
+    names = list(user.shots.label_names)
+    members = [market.learnwares[i] for i in pool]
+    sets = alignment_label_sets(names, [lw.label_names for lw in members])
+    if not sets:
+        return []
+    vectors = fit_realigned_specs(space, user.shots.texts, user.shots.labels, sets)
+    out: list[Candidate] = []
+    for set_names, vector in zip(sets, vectors, strict=True):
+        key = label_set(set_names)
+        of_set = {lw.id: pool[lw.id] for lw in members if label_set(lw.label_names) == key}
+        out += [
+            Candidate(m.id, m.score, tuple(market.learnwares[m.id].label_names))
+            for m in rank_specs(vector, of_set)
+        ]
+    return out
 
 
 def user_accuracy(market: Market, user: User, lw_id: int, label_map: LabelMap | None) -> float:

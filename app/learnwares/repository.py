@@ -39,6 +39,19 @@ def ready_by_ids(session: Session, ids: Sequence[int]) -> dict[int, Learnware]:
     return {r.id: r for r in rows}
 
 
+def label_sets(session: Session, space_id: str) -> list[list[str]]:
+    """The label names of every ready public learnware of a space, one list per learnware (what a
+    task's spec may be refitted under: `ranking.alignment_label_sets`)."""
+    rows = session.scalars(
+        select(Learnware.label_names).where(
+            Learnware.space_id == space_id,
+            Learnware.status == LearnwareStatus.ready,
+            Learnware.private.is_(False),
+        )
+    ).all()
+    return [list(names) for names in rows]
+
+
 def spec_vectors(session: Session, learnware_ids: Sequence[int]) -> dict[int, np.ndarray]:
     """The current spec vector of each of these learnwares that has one."""
     if not learnware_ids:

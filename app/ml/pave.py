@@ -147,10 +147,8 @@ def fit_pave_spec(
         )
         torch.manual_seed(recipe.seed)
         if recipe.steps == 0:
-            _one_gradient(space, texts, soft, hard, head.logits, recipe, progress)
-            grad = space.spec_vector(from_grad=True)
-            # A zero gradient (rare) counts as +1, so the spec is a sign vector throughout.
-            vector = np.where(grad > 0, -1.0, 1.0) if recipe.balanced else -grad
+            (grad,) = _one_gradient(space, texts, soft, hard, [head.logits], recipe, progress)
+            vector = _spec_of_gradient(grad, recipe)
         else:
             _adam_steps(space, texts, soft, hard, head.logits, recipe, progress)
             vector = space.spec_vector()
@@ -198,17 +196,25 @@ def _features(space: SpecSpace, inputs: dict[str, torch.Tensor]) -> torch.Tensor
     return mean_pool(hidden.float(), inputs["attention_mask"])
 
 
+def _spec_of_gradient(grad: np.ndarray, recipe: FitRecipe) -> np.ndarray:
+    """The spec of a one-gradient fit: −sign(∇B) balanced (a zero gradient, rare, counts as +1,
+    so the spec is a sign vector throughout), −∇B otherwise."""
+    return np.where(grad > 0, -1.0, 1.0) if recipe.balanced else -grad
+
+
 def _one_gradient(
     space: SpecSpace,
     texts: list[str],
     soft: torch.Tensor,
     hard: torch.Tensor,
-    logits_fn: Callable[[torch.Tensor], torch.Tensor],
+    heads: Sequence[Callable[[torch.Tensor], torch.Tensor]],
     recipe: FitRecipe,
     progress: Progress | None,
-) -> None:
-    """Set ∇B of the (balanced) loss at B = 0: the sum of each batch's gradient, the batches run
-    side by side on a CPU's threads and summed in a fixed order (`run_batches`)."""
+) -> list[np.ndarray]:
+    """∇B of the (balanced) loss at B = 0 under each of ``heads`` (the same examples, classes
+    named otherwise), in the space's layer order: each batch's features are computed once and
+    differentiated once per head; the batches run side by side on a CPU's threads and are summed
+    in a fixed order (`run_batches`)."""
     num_classes = soft.shape[1]
     weights = _class_weights(hard, num_classes) if recipe.balanced else torch.ones(len(texts))
     weights = weights / weights.sum()
@@ -223,26 +229,76 @@ def _one_gradient(
         )
     )
 
-    def gradient(batch: TokenBatch) -> list[torch.Tensor]:
+    def gradient(batch: TokenBatch) -> list[list[torch.Tensor]]:
         idx = torch.tensor(batch.indices)
-        logits = logits_fn(_features(space, batch.inputs))
+        features = _features(space, batch.inputs)
         y = soft[idx].to(device)
-        if recipe.balanced:
-            # ∂L/∂logits = w·(u − y): the residual against uniform, not the base's own prediction.
-            residual = (torch.full_like(y, 1.0 / num_classes) - y) * weights[idx].to(device)[:, None]
-        else:
-            residual = (torch.softmax(logits.detach(), dim=-1) - y) * weights[idx].to(device)[:, None]
-        grads = torch.autograd.grad((logits * residual).sum(), space.b_params, allow_unused=True)
-        return [torch.zeros_like(b) if g is None else g for b, g in zip(space.b_params, grads, strict=True)]
+        per_head = []
+        for n, logits_fn in enumerate(heads):
+            logits = logits_fn(features)
+            if recipe.balanced:
+                # ∂L/∂logits = w·(u − y): the residual against uniform, not the base's own prediction.
+                residual = (torch.full_like(y, 1.0 / num_classes) - y) * weights[idx].to(device)[:, None]
+            else:
+                residual = (torch.softmax(logits.detach(), dim=-1) - y) * weights[idx].to(device)[:, None]
+            grads = torch.autograd.grad(
+                (logits * residual).sum(), space.b_params, allow_unused=True, retain_graph=n < len(heads) - 1
+            )
+            per_head.append(
+                [torch.zeros_like(b) if g is None else g for b, g in zip(space.b_params, grads, strict=True)]
+            )
+        return per_head
 
-    total = [torch.zeros_like(b) for b in space.b_params]
-    for step, (_, grads) in enumerate(run_batches(gradient, batches, device)):
-        for acc, grad in zip(total, grads, strict=True):
-            acc += grad
+    totals = [[torch.zeros_like(b) for b in space.b_params] for _ in heads]
+    for step, (_, per_head) in enumerate(run_batches(gradient, batches, device)):
+        for total, grads in zip(totals, per_head, strict=True):
+            for acc, grad in zip(total, grads, strict=True):
+                acc += grad
         if progress:
             progress(step + 1, len(batches), "gradient at B = 0")
-    for b, grad in zip(space.b_params, total, strict=True):
-        b.grad = grad
+    return [torch.cat([g.detach().float().reshape(-1).cpu() for g in total]).numpy() for total in totals]
+
+
+def realignable(recipe: FitRecipe) -> bool:
+    """Whether a spec of this recipe can be refitted under other names by `fit_realigned_specs`."""
+    return recipe.steps == 0 and recipe.head != "prototypes"
+
+
+def fit_realigned_specs(
+    space: SpecSpace,
+    texts: Sequence[str],
+    labels: np.ndarray | Sequence[int],
+    name_sets: Sequence[Sequence[str]],
+) -> list[np.ndarray]:
+    """The task spec of the same examples with the user's classes named otherwise: for each of
+    ``name_sets`` (the user's label i named ``names[i]``), the vector `fit_pave_spec` would give
+    under those names, from one forward pass and one backward pass per set.
+
+    So a task whose label names no learnware uses ("0" / "1", another language) is compared with
+    a learnware under the learnware's own names (`ranking.alignment_label_sets`): the one-gradient
+    spec depends on the names only through the head rows, and for two labels the other alignment
+    is the same vector negated. Only for the space's one-gradient recipe with the label-name head
+    (a prototype head does not depend on the names: there is nothing to realign)."""
+    recipe = space.config.recipe
+    if not realignable(recipe):
+        raise InvalidInput("realigned task specs need the one-gradient recipe with the label-name head")
+    texts = check_texts(texts)
+    sets = [check_label_names(names) for names in name_sets]
+    if not sets:
+        return []
+    if any(len(names) != len(sets[0]) for names in sets):
+        raise InvalidInput("every realigned name set must name as many classes as the task has")
+    soft, hard = _check_targets(np.asarray(labels), len(texts), len(sets[0]))
+    with space.lock:
+        space.reset()
+        heads = [space.head(tuple(names)).logits for names in sets]
+        torch.manual_seed(recipe.seed)
+        grads = _one_gradient(space, texts, soft, hard, heads, recipe, None)
+        space.reset()
+    vectors = [_spec_of_gradient(g, recipe).astype(np.float32) for g in grads]
+    for vector in vectors:
+        check_vector(vector, space)
+    return vectors
 
 
 def _adam_steps(

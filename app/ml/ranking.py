@@ -83,6 +83,11 @@ clear scored 0.002 and went to the examples (12% right on 64 shots), and a renam
 many-class model could not be served at all. Chosen on those label sets: a held-back renaming
 may do otherwise."""
 
+ALIGN_MAX_LABEL_SETS = 16
+"""At most this many label sets a two-label task's spec is refitted under (`alignment_label_sets`),
+the most common first: each costs the user's fit one more backward pass (a cost cap, not a choice
+on any benchmark)."""
+
 MAP_PAIRS_SHOWN = 6
 """How many of a label map's pairs a match's reason spells out (the full map is in `label_map`)."""
 
@@ -546,6 +551,56 @@ class Candidate:
     id: int
     score: float
     label_names: tuple[str, ...]
+    aligned: bool = False
+    """Its score compares it with the task's spec refitted under its own label names, in the
+    alignment of the two label sets that fits best (`alignment_label_sets`)."""
+
+
+def label_set(names: Sequence[str]) -> frozenset[str]:
+    """A label set as `tier_of` compares them: order, case and separators aside."""
+    return frozenset(normalise_label(n) for n in names)
+
+
+def alignment_label_sets(
+    user_names: Sequence[str], label_sets: Sequence[Sequence[str]], limit: int = ALIGN_MAX_LABEL_SETS
+) -> list[tuple[str, ...]]:
+    """The learnwares' label sets a task's spec is refitted under (`pave.fit_realigned_specs`)
+    before it is compared with them: for a task of two labels that no learnware answers by name
+    ("0" / "1", "négatif" / "positif"), every two-class label set among ``label_sets`` (those of
+    the learnwares searched), the most common first, at most ``limit``; none otherwise.
+
+    Why: the spec is fitted under the user's names, and the label-name head is most of what
+    separates learnwares with as many classes (issue 15: the same examples under a spam filter's
+    own names score 0.37 against it, −0.08 under other names). Refitted under a learnware's names,
+    the task is compared with it as a user who names the classes as it does would be. With two
+    labels the other alignment is the same vector negated, so the comparison under the best
+    alignment is the cosine's absolute value (`with_alignment`); with more, the alignments are
+    too many to refit, and the task keeps its own spec."""
+    if len(user_names) != 2 or any(tier_of(user_names, names) == Tier.BY_NAME for names in label_sets):
+        return []
+    counts: dict[frozenset[str], int] = {}
+    first: dict[frozenset[str], tuple[str, ...]] = {}
+    for names in label_sets:
+        if len(names) != 2:
+            continue
+        key = label_set(names)
+        counts[key] = counts.get(key, 0) + 1
+        first.setdefault(key, tuple(names))
+    common = sorted(counts, key=lambda key: (-counts[key], sorted(key)))
+    return [first[key] for key in common[:limit]]
+
+
+def with_alignment(candidates: Sequence[Candidate], realigned: Sequence[Candidate]) -> list[Candidate]:
+    """``candidates`` with the learnwares of the realigned label sets scored under the best
+    alignment. ``realigned`` holds those the realigned searches found, each scored by the cosine
+    of its spec with the task's spec refitted under its own label set's names (signed); the score
+    becomes the cosine's absolute value, as the other alignment of two labels is the refitted spec
+    negated. Learnwares found only by a realigned search are added; a candidate the realigned
+    searches did not return keeps its own score. Unsorted: the caller orders them (`by_tier`)."""
+    out = {c.id: c for c in candidates}
+    for cand in realigned:
+        out[cand.id] = replace(cand, score=abs(float(cand.score)), aligned=True)
+    return list(out.values())
 
 
 def by_tier(candidates: Sequence[Candidate], user_names: Sequence[str]) -> list[Candidate]:
@@ -643,6 +698,9 @@ class Ranked:
     chance: float
     """Accuracy of guessing among the user's labels (1 / their count). A uniform guess scores
     log(chance) by the shot score; a checked match whose score is no better is demoted."""
+    aligned: bool = False
+    """Its score compares it with the task's spec refitted under its own label names
+    (`Candidate.aligned`)."""
 
     @property
     def checked(self) -> bool:
@@ -691,7 +749,14 @@ class Ranked:
                 "other label names, no label map chosen: may answer through one (not checked), "
                 "ranked after the checked matches"
             )
-        parts.append(f"spec similarity {self.score:.3f}")
+        parts.append(
+            f"spec similarity {self.score:.3f}"
+            + (
+                " (your task's spec refitted under its label names, in the alignment that fits)"
+                if self.aligned
+                else ""
+            )
+        )
         return "; ".join(parts)
 
 
@@ -716,7 +781,7 @@ def rank_for_task(
         label_map = maps.get(cand.id)
         if label_map is None and tier == Tier.BY_NAME:
             label_map = map_by_name(user_names, cand.label_names)
-        ranked.append(Ranked(cand.id, cand.score, tier, label_map, shots.get(cand.id), chance))
+        ranked.append(Ranked(cand.id, cand.score, tier, label_map, shots.get(cand.id), chance, cand.aligned))
 
     def group(r: Ranked) -> int:
         if r.tier == Tier.CANNOT:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from sqlalchemy import update
@@ -14,11 +16,15 @@ from app.errors import IncompatibleSpec, InvalidInput
 from app.index.registry import vector_from_bytes
 from app.jobs import service as jobs
 from app.jobs.runner import JobContext
+from app.learnwares import repository as learnwares
 from app.learnwares.service import spec_row
 from app.ml.binary_index import encoding_of_config
-from app.ml.ranking import check_count, rank_for_task
+from app.ml.ranking import alignment_label_sets, check_count, rank_for_task
 from app.tasks.service import find_candidates, present, rank
 from app.tasks.shot_check import shot_check
+
+if TYPE_CHECKING:
+    from app.ml.spec_space import SpecSpace  # torch-heavy: only in workers
 
 
 def _task(session: Session, ctx: JobContext) -> UserTask:
@@ -53,6 +59,7 @@ def fit_and_identify(ctx: JobContext) -> None:
         space, texts, labels, label_names, kind="task", progress=ctx.scaled(0.1, 0.8, "fitting the task spec")
     )
     ctx.log(f"fitted the task spec on {len(texts)} examples in {spec.meta['seconds']} s")
+    realigned = _realigned(ctx, space, space_id, texts, labels, label_names)
     ctx.progress(0.85, "ranking learnwares", force=True)
     settings = ctx.runtime.settings
     widest = max(settings.shot_check_k, settings.shot_check_k_unnamed) if settings.shot_check_k else 0
@@ -60,7 +67,7 @@ def fit_and_identify(ctx: JobContext) -> None:
         task = _task(session, ctx)
         top_k = task.top_k
         candidates, version = find_candidates(
-            session, ctx.runtime, space_id, spec.vector, max(top_k, widest), label_names
+            session, ctx.runtime, space_id, spec.vector, max(top_k, widest), label_names, realigned
         )
     check = check_count(candidates, label_names, settings.shot_check_k, settings.shot_check_k_unnamed)
     maps, shots = shot_check(ctx, space, candidates, texts, labels, label_names, check) if check else ({}, {})
@@ -83,6 +90,34 @@ def fit_and_identify(ctx: JobContext) -> None:
         if not ctx.runtime.settings.keep_task_examples:
             task.examples = None
         _finish(ctx, session, task, present(session, ranked[:top_k], label_names, len(texts)), version)
+
+
+def _realigned(
+    ctx: JobContext,
+    space: SpecSpace,
+    space_id: str,
+    texts: list[str],
+    labels: np.ndarray,
+    label_names: list[str],
+) -> list[tuple[Sequence[str], np.ndarray]]:
+    """The task's spec refitted under the label sets `alignment_label_sets` picks (two labels that
+    no learnware answers by name), while the job still holds the examples; none otherwise."""
+    from app.ml.pave import fit_realigned_specs, realignable
+
+    if not realignable(space.config.recipe):
+        return []
+    with ctx.runtime.db.session() as session:
+        sets = alignment_label_sets(label_names, learnwares.label_sets(session, space_id))
+    if not sets:
+        return []
+    ctx.progress(0.8, f"refitting the task spec under {len(sets)} learnwares' label names", force=True)
+    started = time.perf_counter()
+    vectors = fit_realigned_specs(space, texts, labels, sets)
+    ctx.log(
+        f"no learnware answers your labels by name: the task spec refitted under {len(sets)} two-class "
+        f"label sets in {time.perf_counter() - started:.2f} s"
+    )
+    return list(zip(sets, vectors, strict=True))
 
 
 def identify(ctx: JobContext) -> None:

@@ -43,7 +43,17 @@ class MatchRead(BaseModel):
 
     rank: int
     learnware_id: int
-    score: float = Field(description="cosine similarity of the learnware's spec and the task's spec")
+    score: float = Field(
+        description="cosine similarity of the learnware's spec and the task's spec (with `aligned`, "
+        "the task's spec refitted under the learnware's own label names)"
+    )
+    aligned: bool = Field(
+        default=False,
+        description="`score` compares the learnware with the task's spec refitted under its own label "
+        "names, in the alignment of the two label sets that fits best (the absolute cosine): done for "
+        "a two-label task no learnware answers by name (codes, another language), where the spec "
+        "under the task's own names says little about which learnware fits",
+    )
     name: str
     task_type: str
     model_format: str

@@ -23,9 +23,11 @@ from app.ml.ranking import (
     Ranked,
     as_ranked,
     by_tier,
+    label_set,
     normalise_label,
     originals_first,
     rank_for_task,
+    with_alignment,
 )
 from app.runtime import Runtime
 from app.spec_spaces import service as spaces
@@ -129,17 +131,38 @@ def find_candidates(
     vector: np.ndarray,
     k: int,
     label_names: Sequence[str] = (),
+    realigned: Sequence[tuple[Sequence[str], np.ndarray]] = (),
 ) -> tuple[list[Candidate], int]:
     """Ready learnwares near a spec and the index version searched: with the task's
     ``label_names`` the engine's best of each tier (or its top 4k where it cannot filter by
     labels), ordered by what they can answer (`by_tier`) with copies of one spec behind their
-    original (`originals_first`); without them in cosine order."""
+    original (`originals_first`); without them in cosine order.
+
+    ``realigned`` holds the task's spec refitted under other label sets' names
+    (`pave.fit_realigned_specs`, for the sets `alignment_label_sets` picks): each is searched
+    with both alignments of the two labels, and the learnwares of that set it finds are scored
+    under the one that fits (`with_alignment`)."""
     found, version = runtime.indexes.search(space_id, vector, k, label_names=label_names)
-    rows = learnwares.ready_by_ids(session, [m.id for m in found])
+    aligned: dict[int, tuple[frozenset[str], float]] = {}
+    for names, refitted in realigned:
+        key = label_set(names)
+        for sign in (1.0, -1.0):
+            matches, _ = runtime.indexes.search(space_id, sign * refitted, k, label_names=names)
+            # The cosine with the refitted spec itself, whichever alignment found it.
+            aligned.update((m.id, (key, sign * m.score)) for m in matches)
+    rows = learnwares.ready_by_ids(session, [m.id for m in found] + list(aligned))
     # A learnware deleted after the index was last synced is dropped here.
     candidates = [Candidate(m.id, m.score, tuple(rows[m.id].label_names)) for m in found if m.id in rows]
     if not label_names:
         return candidates, version
+    candidates = with_alignment(
+        candidates,
+        [
+            Candidate(i, cosine, tuple(rows[i].label_names))
+            for i, (key, cosine) in aligned.items()
+            if i in rows and label_set(rows[i].label_names) == key
+        ],
+    )
     vectors = learnwares.spec_vectors(session, [c.id for c in candidates])
     return originals_first(by_tier(candidates, label_names), label_names, vectors), version
 
@@ -162,6 +185,7 @@ def present(
                 "rank": len(results) + 1,
                 "learnware_id": learnware.id,
                 "score": round(float(match.score), 6),
+                "aligned": match.aligned,
                 "name": learnware.name,
                 "task_type": learnware.task_type,
                 "model_format": learnware.model_format,

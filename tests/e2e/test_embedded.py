@@ -78,6 +78,26 @@ def test_serve_runs_the_dock_on_one_machine(
     assert f"its {first_model_label!r} is your {first_code!r}" in top.reason  # the map, spelt out
     assert top.shot_map_cost == pytest.approx(map_cost(len(renamed), len(renamed), len(query)))
     assert top.shot_map_cost is not None and f"less {top.shot_map_cost:.2f} for the label map" in top.reason
+    # Two labels that no learnware names: the task's spec is refitted under the two-class
+    # learnware's own names (sst2's), and that learnware is scored under the alignment that fits:
+    # the cosine the same examples get from a user who names the classes as it does, whichever
+    # way round the codes go.
+    reviews = few_shot(load_task(datasets_dir, "sst2", "test"), per_class=8, seed=2)
+    reviews_labels = [int(y) for y in reviews.labels]
+    with DockClient(url, user) as client:
+        named = client.task(reviews.texts, reviews_labels, reviews.label_names, top_k=2, local_spec=True)
+        by_name = client.wait_task(named.task_id, timeout=300).matches[0]
+        coded_tasks = [
+            client.task(reviews.texts, [y if keep else 1 - y for y in reviews_labels], ["0", "1"], top_k=2)
+            for keep in (True, False)
+        ]
+        coded = [client.wait_task(t.task_id, timeout=300).matches[0] for t in coded_tasks]
+    assert by_name.learnware_id == ids["sst2"] and not by_name.aligned
+    for match in coded:
+        assert match.learnware_id == ids["sst2"] and match.aligned and match.tier == "label-map"
+        assert match.score == pytest.approx(abs(by_name.score), abs=2e-3)
+        assert "refitted under its label names" in match.reason
+    assert coded[0].label_map != coded[1].label_map  # the examples read the codes either way round
     # Three of trec's six classes under other words: no learnware has these names, their meaning
     # alone does not decide the map, so the examples choose three of trec's classes, priced by the
     # names' reading of that map (they agree with it): less than the uniform price of one of 120.

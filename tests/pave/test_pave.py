@@ -10,7 +10,7 @@ import torch
 
 from app.ml.encoders import mean_pool
 from app.ml.errors import IncompatibleSpec, InvalidInput
-from app.ml.pave import PaveSpec, fit_pave_spec
+from app.ml.pave import PaveSpec, fit_pave_spec, fit_realigned_specs, realignable
 from app.ml.spec_space import FitRecipe, SpecSpace
 from tests.pave.conftest import LABELS, NAMES, TEXTS
 
@@ -146,3 +146,28 @@ def test_the_prototype_spec_does_not_depend_on_what_the_classes_are_called(tiny_
     assert not np.array_equal(a.vector, b.vector)
     with pytest.raises(InvalidInput, match="head must be one of"):
         FitRecipe(head="centroids")
+
+
+def test_realigned_specs_are_the_fits_under_those_names(tiny_space: SpecSpace) -> None:
+    """One forward pass, one backward pass per name set: each vector is the spec `fit_pave_spec`
+    gives the same examples under those names, and the other alignment of two labels is the same
+    vector negated (what lets the ranking compare under the best alignment by |cosine|)."""
+    sets = [["0", "1"], ["ham", "spam"], ["spam", "ham"], NAMES]
+    vectors = fit_realigned_specs(tiny_space, TEXTS, LABELS, sets)
+    for names, vector in zip(sets, vectors, strict=True):
+        alone = fit_pave_spec(tiny_space, TEXTS, LABELS, names, kind="task").vector
+        assert vector.dtype == np.float32 and vector.shape == (tiny_space.dim,)
+        assert np.mean(vector == alone) > 0.999, names  # sums in another order: a rare tie may flip
+    assert np.mean(vectors[1] == -vectors[2]) > 0.999
+    assert np.mean(vectors[0] == vectors[1]) < 0.95  # the names do change the spec
+    assert all(not b.any() and b.grad is None for b in tiny_space.b_params)
+
+
+def test_realigned_specs_refuse_what_they_cannot_do(tiny_space: SpecSpace) -> None:
+    with pytest.raises(InvalidInput, match="as many classes"):
+        fit_realigned_specs(tiny_space, TEXTS, LABELS, [["a", "b"], ["a", "b", "c"]])
+    with pytest.raises(InvalidInput, match="not among"):
+        fit_realigned_specs(tiny_space, TEXTS, [0, 1, 2, 0, 1, 0, 1, 0], [["a", "b"]])
+    assert fit_realigned_specs(tiny_space, TEXTS, LABELS, []) == []
+    assert realignable(FitRecipe(steps=0)) and not realignable(FitRecipe(steps=3))
+    assert not realignable(FitRecipe(steps=0, head="prototypes"))

@@ -13,6 +13,7 @@ from app.ml.ranking import (
     LabelMap,
     ShotScore,
     Tier,
+    alignment_label_sets,
     answers,
     by_tier,
     check_count,
@@ -32,6 +33,7 @@ from app.ml.ranking import (
     rank_for_task,
     shot_score,
     tier_of,
+    with_alignment,
 )
 
 
@@ -554,3 +556,53 @@ def test_the_names_and_the_examples_weigh_in_together_on_a_map() -> None:
     assert (
         choose_label_map([str(i) for i in range(6)], model, predicted=predicted, labels=labels) == by_counts
     )
+
+
+def test_a_two_label_task_no_learnware_names_is_realigned_to_the_two_class_label_sets() -> None:
+    sets = [
+        ["negative", "positive"],
+        ["ham", "spam"],
+        ["Positive", "negative"],  # the same set: order, case aside
+        ["world", "sports", "business", "tech"],
+        ["subjective", "objective"],
+        ["negative", "positive"],
+    ]
+    # Most common first, each once, in the names of the first learnware that has it.
+    assert alignment_label_sets(["0", "1"], sets) == [
+        ("negative", "positive"),
+        ("ham", "spam"),
+        ("subjective", "objective"),
+    ]
+    assert alignment_label_sets(["négatif", "positif"], sets, limit=2) == [
+        ("negative", "positive"),
+        ("ham", "spam"),
+    ]
+    # Not when a learnware answers the labels by name (the spec under the user's names is then
+    # the right comparison), nor for more than two labels (too many alignments to refit).
+    assert alignment_label_sets(["spam", "ham"], sets) == []
+    assert alignment_label_sets(["a", "b", "c"], [["x", "y", "z"], ["u", "v", "w"]]) == []
+    assert alignment_label_sets(["0", "1"], [["world", "sports", "business", "tech"]]) == []
+
+
+def test_a_realigned_learnware_is_scored_under_the_alignment_that_fits() -> None:
+    own = [Candidate(1, 0.02, ("ham", "spam")), Candidate(2, 0.30, ("world", "sports", "business", "tech"))]
+    realigned = [
+        Candidate(1, -0.41, ("ham", "spam")),  # the refitted spec negated: the other alignment fits
+        Candidate(3, 0.35, ("negative", "positive")),  # found only by the refitted spec
+    ]
+    scored = {c.id: c for c in with_alignment(own, realigned)}
+    assert scored[1].score == pytest.approx(0.41) and scored[1].aligned
+    assert scored[3].score == pytest.approx(0.35) and scored[3].label_names == ("negative", "positive")
+    assert scored[2] == own[1]  # not of a realigned set: its own cosine
+    ordered = by_tier(list(scored.values()), ["0", "1"])
+    assert [c.id for c in ordered] == [1, 3, 2]
+    ranked = rank_for_task(ordered, ["0", "1"])
+    assert ranked[0].aligned and not ranked[2].aligned
+    assert (
+        ranked[0]
+        .reason()
+        .endswith(
+            "spec similarity 0.410 (your task's spec refitted under its label names, in the alignment that fits)"
+        )
+    )
+    assert ranked[2].reason().endswith("spec similarity 0.300")

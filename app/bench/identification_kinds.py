@@ -26,6 +26,7 @@ top-1 under the dock's map where that does better.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -226,10 +227,12 @@ def service_ranking(
     space: SpecSpace,
     shot_check_k: int = SHOT_CHECK_K,
     shot_check_k_unnamed: int = SHOT_CHECK_K_UNNAMED,
+    realign_seconds: list[tuple[int, float]] | None = None,
 ) -> list[Ranked]:
     """The dock's order for this user: tiers and cosine, then the shot check (not for spec-only
     users), through the same functions the service's worker calls, with label names compared by
-    ``space``'s frozen base."""
+    ``space``'s frozen base. Where the user's spec is refitted under other label sets, (how many,
+    seconds) is appended to ``realign_seconds``."""
     from app.ml.identify import rank_specs
 
     names = list(user.shots.label_names)
@@ -239,7 +242,7 @@ def service_ranking(
         for m in rank_specs(user_spec, pool)
     ]
     if not user.spec_only:  # a spec-only user's examples never reach the dock: nothing to refit
-        found = with_alignment(found, realigned_candidates(market, user, pool, space))
+        found = with_alignment(found, realigned_candidates(market, user, pool, space, realign_seconds))
     candidates = originals_first(by_tier(found, names), names, pool)
     maps: dict[int, LabelMap | None] = {}
     shots: dict[int, ShotScore | None] = {}
@@ -268,7 +271,11 @@ def service_ranking(
 
 
 def realigned_candidates(
-    market: Market, user: User, pool: dict[int, np.ndarray], space: SpecSpace
+    market: Market,
+    user: User,
+    pool: dict[int, np.ndarray],
+    space: SpecSpace,
+    seconds: list[tuple[int, float]] | None = None,
 ) -> list[Candidate]:
     """The learnwares of the label sets `alignment_label_sets` picks for this user, each scored by
     the cosine of its spec with the user's spec refitted under its set's names, as the service's
@@ -283,7 +290,10 @@ def realigned_candidates(
     sets = alignment_label_sets(names, [lw.label_names for lw in members])
     if not sets:
         return []
+    started = time.perf_counter()
     vectors = fit_realigned_specs(space, user.shots.texts, user.shots.labels, sets)
+    if seconds is not None:
+        seconds.append((len(sets), time.perf_counter() - started))
     out: list[Candidate] = []
     for set_names, vector in zip(sets, vectors, strict=True):
         key = label_set(set_names)

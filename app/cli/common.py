@@ -109,7 +109,7 @@ def print_matches(matches: list[Any]) -> None:
         table.add_row(
             str(m.rank),
             str(m.learnware_id),
-            f"{m.score:.4f}",
+            f"{m.score:.4f}" + (" aligned" if getattr(m, "aligned", False) else ""),
             "–" if shot is None else f"{shot:.0%}" + ("" if confidence is None else f" (p {confidence:.2f})"),
             m.name,
             m.model_format,

@@ -48,6 +48,14 @@ def test_smoke_profile_writes_every_key_the_issue_asks_for(datasets_dir: Path, t
         for key in ("oracle_agreement_at1", "normalized_accuracy", "hit_at1"):
             assert row[key] != row[key] or 0.0 <= row[key] <= 1.0 + 1e-9, (kind, key)  # NaN: no user applies
     assert all(u["top1_reason"] for u in saved["kind_users"])
+    # Coded users of the two-label tasks are compared with the two-class learnwares under their
+    # own names (sst2's and mr's "negative" / "positive", sms_spam's "ham" / "spam"), and a match
+    # scored so says it; spec-only users never are (their examples stay at home).
+    binary_codes = [u for u in saved["kind_users"] if u["kind"] == "codes" and u["label_names"] == ["0", "1"]]
+    assert binary_codes and saved["realigned_users"] >= len(binary_codes)
+    assert saved["realign_sets_median"] >= 1 and saved["realign_seconds_median"] > 0
+    assert any("refitted under its label names" in u["top1_reason"] for u in binary_codes)
+    assert not any("refitted" in u["top1_reason"] for u in saved["kind_users"] if u["kind"] == "spec only")
     variants = {lw["variant"] for lw in saved["learnwares"]}
     assert variants == {"good", "corrupted", "noisy", "small"}
     # A corrupted twin is bad under every label map, not an inverted classifier (the smoke

@@ -104,8 +104,8 @@ def _realigned(
     no learnware answers by name), while the job still holds the examples; none otherwise."""
     from app.ml.pave import fit_realigned_specs, realignable
 
-    if not realignable(space.config.recipe):
-        return []
+    if len(label_names) != 2 or not realignable(space.config.recipe):
+        return []  # only two labels are realigned: no need to read the market's label sets
     with ctx.runtime.db.session() as session:
         sets = alignment_label_sets(label_names, learnwares.label_sets(session, space_id))
     if not sets:

@@ -587,7 +587,7 @@ def run_identification_benchmark(
         {
             "spec_seconds_median": percentile(spec_seconds, 50),
             "spec_seconds_p95": percentile(spec_seconds, 95),
-            # Users whose spec was refitted under other label sets (two labels no learnware names).
+            # Users whose spec was refitted under the learnwares' label sets (none answers by name).
             "realigned_users": len(realign_seconds),
             "realign_sets_median": percentile([float(n) for n, _ in realign_seconds], 50)
             if realign_seconds
@@ -858,9 +858,9 @@ def render_markdown(result: dict[str, Any]) -> str:
         "",
         "## As the service ranks, by kind of user task",
         "",
-        "Tiers by what a learnware can answer, then the spec's cosine (for a two-label user no "
-        "learnware names by label, a two-class learnware's under the user's spec refitted under "
-        "its own names, in the alignment that fits), the top "
+        "Tiers by what a learnware can answer, then the spec's cosine (where no learnware answers "
+        "the user's labels by name, with the user's spec refitted under a learnware's own names: "
+        "as their meaning maps the user's, or for two labels the way round that fits), the top "
         f"{SHOT_CHECK_K} distinct candidates ({SHOT_CHECK_K_UNNAMED} where none answers the user's "
         "labels by name) checked on the user's examples (not for spec-only users) under the label "
         "map the dock chooses, ordered by the mean log-probability they give the user's labels, less "
@@ -913,8 +913,8 @@ def render_markdown(result: dict[str, Any]) -> str:
         f"spec {s['spec_floats']} floats = {s['spec_percent_of_base']:.3f}% of the base's {s['base_params']:,} parameters; "
         f"search median {1000 * s['search_seconds_median']:.2f} ms."
         + (
-            f" Two-label users no learnware names by label ({s['realigned_users']}, as the service "
-            f"ranks): their spec refitted under a median of {s['realign_sets_median']:.0f} two-class "
+            f" Users no learnware answers by name ({s['realigned_users']}, as the service ranks): "
+            f"their spec refitted under a median of {s['realign_sets_median']:.0f} learnwares' "
             f"label sets in a median {s['realign_seconds_median']:.3f} s more."
             if s.get("realigned_users")
             else ""

@@ -42,7 +42,7 @@ from app.ml.ranking import (
     Ranked,
     ShotScore,
     Tier,
-    alignment_label_sets,
+    aligned_score,
     answers,
     by_tier,
     check_count,
@@ -53,6 +53,7 @@ from app.ml.ranking import (
     normalise_label,
     originals_first,
     rank_for_task,
+    realignments,
     tier_of,
     with_alignment,
 )
@@ -277,9 +278,11 @@ def realigned_candidates(
     space: SpecSpace,
     seconds: list[tuple[int, float]] | None = None,
 ) -> list[Candidate]:
-    """The learnwares of the label sets `alignment_label_sets` picks for this user, each scored by
-    the cosine of its spec with the user's spec refitted under its set's names, as the service's
-    `find_candidates` scores them (exactly, over the whole set: the benchmark's market is small)."""
+    """The learnwares of the label sets `realignments` plans for this user, each scored by its
+    cosine with the user's spec refitted under the planned names (`aligned_score`), as the
+    service's `find_candidates` scores them (exactly, over the whole set: the market is small)."""
+    from collections import Counter
+
     from app.ml.identify import rank_specs
     from app.ml.pave import fit_realigned_specs, realignable
 
@@ -287,19 +290,19 @@ def realigned_candidates(
         return []
     names = list(user.shots.label_names)
     members = [market.learnwares[i] for i in pool]
-    sets = alignment_label_sets(names, [lw.label_names for lw in members])
-    if not sets:
+    counts = Counter(tuple(lw.label_names) for lw in members)
+    plan = realignments(names, list(counts.items()), space.name_similarity)
+    if not plan:
         return []
     started = time.perf_counter()
-    vectors = fit_realigned_specs(space, user.shots.texts, user.shots.labels, sets)
+    vectors = fit_realigned_specs(space, user.shots.texts, user.shots.labels, [r.names for r in plan])
     if seconds is not None:
-        seconds.append((len(sets), time.perf_counter() - started))
+        seconds.append((len(plan), time.perf_counter() - started))
     out: list[Candidate] = []
-    for set_names, vector in zip(sets, vectors, strict=True):
-        key = label_set(set_names)
-        of_set = {lw.id: pool[lw.id] for lw in members if label_set(lw.label_names) == key}
+    for realignment, vector in zip(plan, vectors, strict=True):
+        of_set = {lw.id: pool[lw.id] for lw in members if label_set(lw.label_names) == realignment.label_set}
         out += [
-            Candidate(m.id, m.score, tuple(market.learnwares[m.id].label_names))
+            Candidate(m.id, aligned_score(realignment, m.score), tuple(market.learnwares[m.id].label_names))
             for m in rank_specs(vector, of_set)
         ]
     return out

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 import numpy as np
-from sqlalchemy import ColumnElement, func, or_, select
+from sqlalchemy import ColumnElement, String, cast, func, or_, select
 from sqlalchemy.orm import Session
 
 from app.db.models import ApiKey, Job, JobState, Learnware, LearnwareStatus, Role, Spec
@@ -39,17 +40,20 @@ def ready_by_ids(session: Session, ids: Sequence[int]) -> dict[int, Learnware]:
     return {r.id: r for r in rows}
 
 
-def label_sets(session: Session, space_id: str) -> list[list[str]]:
-    """The label names of every ready public learnware of a space, one list per learnware (what a
-    task's spec may be refitted under: `ranking.alignment_label_sets`)."""
-    rows = session.scalars(
-        select(Learnware.label_names).where(
+def label_sets(session: Session, space_id: str) -> list[tuple[list[str], int]]:
+    """The label names of a space's ready public learnwares, each with how many have them (what a
+    task's spec may be refitted under: `ranking.realignments`)."""
+    as_text = cast(Learnware.label_names, String)
+    rows = session.execute(
+        select(as_text, func.count())
+        .where(
             Learnware.space_id == space_id,
             Learnware.status == LearnwareStatus.ready,
             Learnware.private.is_(False),
         )
+        .group_by(as_text)
     ).all()
-    return [list(names) for names in rows]
+    return [([str(n) for n in json.loads(names)], int(count)) for names, count in rows]
 
 
 def spec_vectors(session: Session, learnware_ids: Sequence[int]) -> dict[int, np.ndarray]:

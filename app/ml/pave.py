@@ -275,7 +275,7 @@ def fit_realigned_specs(
     under those names, from one forward pass and one backward pass per set.
 
     So a task whose label names no learnware uses ("0" / "1", another language) is compared with
-    a learnware under the learnware's own names (`ranking.alignment_label_sets`): the one-gradient
+    a learnware under the learnware's own names (`ranking.realignments`): the one-gradient
     spec depends on the names only through the head rows, and for two labels the other alignment
     is the same vector negated. Only for the space's one-gradient recipe with the label-name head
     (a prototype head does not depend on the names: there is nothing to realign)."""

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import IntEnum
 from typing import Literal
@@ -84,7 +84,7 @@ many-class model could not be served at all. Chosen on those label sets: a held-
 may do otherwise."""
 
 ALIGN_MAX_LABEL_SETS = 16
-"""At most this many label sets a two-label task's spec is refitted under (`alignment_label_sets`),
+"""At most this many label sets a task's spec is refitted under (`realignments`),
 the most common first: each costs the user's fit one more backward pass (a cost cap, not a choice
 on any benchmark)."""
 
@@ -552,8 +552,7 @@ class Candidate:
     score: float
     label_names: tuple[str, ...]
     aligned: bool = False
-    """Its score compares it with the task's spec refitted under its own label names, in the
-    alignment of the two label sets that fits best (`alignment_label_sets`)."""
+    """Its score compares it with the task's spec refitted under its own label names (`realignments`)."""
 
 
 def label_set(names: Sequence[str]) -> frozenset[str]:
@@ -561,45 +560,81 @@ def label_set(names: Sequence[str]) -> frozenset[str]:
     return frozenset(normalise_label(n) for n in names)
 
 
-def alignment_label_sets(
-    user_names: Sequence[str], label_sets: Sequence[Sequence[str]], limit: int = ALIGN_MAX_LABEL_SETS
-) -> list[tuple[str, ...]]:
-    """The learnwares' label sets a task's spec is refitted under (`pave.fit_realigned_specs`)
-    before it is compared with them: for a task of two labels that no learnware answers by name
-    ("0" / "1", "négatif" / "positif"), every two-class label set among ``label_sets`` (those of
-    the learnwares searched), the most common first, at most ``limit``; none otherwise.
+@dataclass(frozen=True)
+class Realignment:
+    """Names a task's spec is refitted under before it is compared with one label set's learnwares."""
+
+    label_set: frozenset[str]
+    """The learnwares it scores: those with this label set (`label_set`)."""
+    names: tuple[str, ...]
+    """The user's label i named ``names[i]``: the learnwares' own names, as the map goes."""
+    both_ways: bool
+    """Two labels the names' meaning does not map: either alignment may hold, and as the other is
+    the refitted spec negated, the score is the cosine's absolute value (`aligned_score`)."""
+
+
+def realignments(
+    user_names: Sequence[str],
+    label_sets: Sequence[tuple[Sequence[str], int]],
+    similarity: Callable[[Sequence[str], Sequence[str]], np.ndarray] | None = None,
+    limit: int = ALIGN_MAX_LABEL_SETS,
+) -> list[Realignment]:
+    """Under which names a task's spec is refitted (`pave.fit_realigned_specs`) before it is
+    compared with the learnwares of each label set of ``label_sets`` (the learnwares' label
+    names, each with how many learnwares have them), when none of them answers the task's labels
+    by name: for a label set the names' meaning maps the task's labels onto (`map_by_meaning`,
+    given their ``similarity``), under the names of that map; for a two-class set it does not
+    map, under its own names both ways round; none for the rest. The most common label sets
+    first, at most ``limit``.
 
     Why: the spec is fitted under the user's names, and the label-name head is most of what
     separates learnwares with as many classes (issue 15: the same examples under a spam filter's
-    own names score 0.37 against it, −0.08 under other names). Refitted under a learnware's names,
-    the task is compared with it as a user who names the classes as it does would be. With two
-    labels the other alignment is the same vector negated, so the comparison under the best
-    alignment is the cosine's absolute value (`with_alignment`); with more, the alignments are
-    too many to refit, and the task keeps its own spec."""
-    if len(user_names) != 2 or any(tier_of(user_names, names) == Tier.BY_NAME for names in label_sets):
+    own names score 0.37 against it, −0.08 under other names). Refitted under a learnware's
+    names, the task is compared with it as a user who names the classes as it does would be.
+    Codes ("0", "1") map nothing by meaning, so only two labels are realigned without it: more
+    labels have too many alignments to refit."""
+    if any(tier_of(user_names, names) == Tier.BY_NAME for names, _ in label_sets):
         return []
     counts: dict[frozenset[str], int] = {}
     first: dict[frozenset[str], tuple[str, ...]] = {}
-    for names in label_sets:
-        if len(names) != 2:
+    for names, count in label_sets:
+        if tier_of(user_names, names) != Tier.LABEL_MAP:
             continue
         key = label_set(names)
-        counts[key] = counts.get(key, 0) + 1
+        counts[key] = counts.get(key, 0) + count
         first.setdefault(key, tuple(names))
-    common = sorted(counts, key=lambda key: (-counts[key], sorted(key)))
-    return [first[key] for key in common[:limit]]
+    codes = labels_are_codes(user_names)
+    out: list[Realignment] = []
+    for key in sorted(counts, key=lambda key: (-counts[key], sorted(key))):
+        names = first[key]
+        by_meaning = (
+            None
+            if similarity is None or codes or labels_are_codes(names)
+            else map_by_meaning(user_names, names, similarity(user_names, names))
+        )
+        if by_meaning is not None:
+            out.append(Realignment(key, tuple(names[j] for j in by_meaning.model_class), False))
+        elif len(names) == len(user_names) == 2:
+            out.append(Realignment(key, names, True))
+        if len(out) == limit:
+            break
+    return out
+
+
+def aligned_score(realignment: Realignment, cosine: float) -> float:
+    """A learnware's score under ``realignment``, from its cosine with the refitted spec."""
+    return abs(float(cosine)) if realignment.both_ways else float(cosine)
 
 
 def with_alignment(candidates: Sequence[Candidate], realigned: Sequence[Candidate]) -> list[Candidate]:
-    """``candidates`` with the learnwares of the realigned label sets scored under the best
-    alignment. ``realigned`` holds those the realigned searches found, each scored by the cosine
-    of its spec with the task's spec refitted under its own label set's names (signed); the score
-    becomes the cosine's absolute value, as the other alignment of two labels is the refitted spec
-    negated. Learnwares found only by a realigned search are added; a candidate the realigned
-    searches did not return keeps its own score. Unsorted: the caller orders them (`by_tier`)."""
+    """``candidates`` with the learnwares of the realigned label sets scored as ``realigned``
+    scores them (`aligned_score` of their cosine with the task's spec refitted under their
+    `Realignment`), marked `Candidate.aligned`. Learnwares found only by a realigned search are
+    added; a candidate the realigned searches did not return keeps its own score. Unsorted: the
+    caller orders them (`by_tier`)."""
     out = {c.id: c for c in candidates}
     for cand in realigned:
-        out[cand.id] = replace(cand, score=abs(float(cand.score)), aligned=True)
+        out[cand.id] = replace(cand, aligned=True)
     return list(out.values())
 
 
@@ -751,11 +786,7 @@ class Ranked:
             )
         parts.append(
             f"spec similarity {self.score:.3f}"
-            + (
-                " (your task's spec refitted under its label names, in the alignment that fits)"
-                if self.aligned
-                else ""
-            )
+            + (" (your task's spec refitted under its label names)" if self.aligned else "")
         )
         return "; ".join(parts)
 

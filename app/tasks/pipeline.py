@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -19,7 +18,7 @@ from app.jobs.runner import JobContext
 from app.learnwares import repository as learnwares
 from app.learnwares.service import spec_row
 from app.ml.binary_index import encoding_of_config
-from app.ml.ranking import alignment_label_sets, check_count, rank_for_task
+from app.ml.ranking import Realignment, check_count, rank_for_task, realignments
 from app.tasks.service import find_candidates, present, rank
 from app.tasks.shot_check import shot_check
 
@@ -99,25 +98,25 @@ def _realigned(
     texts: list[str],
     labels: np.ndarray,
     label_names: list[str],
-) -> list[tuple[Sequence[str], np.ndarray]]:
-    """The task's spec refitted under the label sets `alignment_label_sets` picks (two labels that
-    no learnware answers by name), while the job still holds the examples; none otherwise."""
+) -> list[tuple[Realignment, np.ndarray]]:
+    """The task's spec refitted under the learnwares' own label names where none answers the
+    task's labels by name (`realignments`), while the job still holds the examples."""
     from app.ml.pave import fit_realigned_specs, realignable
 
-    if len(label_names) != 2 or not realignable(space.config.recipe):
-        return []  # only two labels are realigned: no need to read the market's label sets
-    with ctx.runtime.db.session() as session:
-        sets = alignment_label_sets(label_names, learnwares.label_sets(session, space_id))
-    if not sets:
+    if not realignable(space.config.recipe):
         return []
-    ctx.progress(0.8, f"refitting the task spec under {len(sets)} learnwares' label names", force=True)
+    with ctx.runtime.db.session() as session:
+        plan = realignments(label_names, learnwares.label_sets(session, space_id), space.name_similarity)
+    if not plan:
+        return []
+    ctx.progress(0.8, f"refitting the task spec under {len(plan)} learnwares' label names", force=True)
     started = time.perf_counter()
-    vectors = fit_realigned_specs(space, texts, labels, sets)
+    vectors = fit_realigned_specs(space, texts, labels, [r.names for r in plan])
     ctx.log(
-        f"no learnware answers your labels by name: the task spec refitted under {len(sets)} two-class "
+        f"no learnware answers your labels by name: the task spec refitted under {len(plan)} of their "
         f"label sets in {time.perf_counter() - started:.2f} s"
     )
-    return list(zip(sets, vectors, strict=True))
+    return list(zip(plan, vectors, strict=True))
 
 
 def identify(ctx: JobContext) -> None:

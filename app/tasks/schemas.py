@@ -49,10 +49,10 @@ class MatchRead(BaseModel):
     )
     aligned: bool = Field(
         default=False,
-        description="`score` compares the learnware with the task's spec refitted under its own label "
-        "names, in the alignment of the two label sets that fits best (the absolute cosine): done for "
-        "a two-label task no learnware answers by name (codes, another language), where the spec "
-        "under the task's own names says little about which learnware fits",
+        description="`score` compares the learnware with the task's spec refitted under the "
+        "learnware's own label names: done where no learnware answers the task's labels by name "
+        "(codes, another language, synonyms), under the map the names' meaning gives, or for two "
+        "labels it does not map, under the better of both ways round (the absolute cosine)",
     )
     name: str
     task_type: str

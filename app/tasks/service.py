@@ -21,6 +21,8 @@ from app.ml.pave import read_spec_file
 from app.ml.ranking import (
     Candidate,
     Ranked,
+    Realignment,
+    aligned_score,
     as_ranked,
     by_tier,
     label_set,
@@ -131,7 +133,7 @@ def find_candidates(
     vector: np.ndarray,
     k: int,
     label_names: Sequence[str] = (),
-    realigned: Sequence[tuple[Sequence[str], np.ndarray]] = (),
+    realigned: Sequence[tuple[Realignment, np.ndarray]] = (),
 ) -> tuple[list[Candidate], int]:
     """Ready learnwares near a spec and the index version searched: with the task's
     ``label_names`` the engine's best of each tier (or its top 4k where it cannot filter by
@@ -139,17 +141,16 @@ def find_candidates(
     original (`originals_first`); without them in cosine order.
 
     ``realigned`` holds the task's spec refitted under other label sets' names
-    (`pave.fit_realigned_specs`, for the sets `alignment_label_sets` picks): each is searched
-    with both alignments of the two labels, and the learnwares of that set it finds are scored
-    under the one that fits (`with_alignment`)."""
+    (`pave.fit_realigned_specs`, as `realignments` plans it): each is searched (both ways round
+    where either alignment of two labels may hold), and the learnwares of its label set it finds
+    are scored by it (`aligned_score`, `with_alignment`)."""
     found, version = runtime.indexes.search(space_id, vector, k, label_names=label_names)
-    aligned: dict[int, tuple[frozenset[str], float]] = {}
-    for names, refitted in realigned:
-        key = label_set(names)
-        for sign in (1.0, -1.0):
-            matches, _ = runtime.indexes.search(space_id, sign * refitted, k, label_names=names)
-            # The cosine with the refitted spec itself, whichever alignment found it.
-            aligned.update((m.id, (key, sign * m.score)) for m in matches)
+    aligned: dict[int, tuple[Realignment, float]] = {}
+    for realignment, refitted in realigned:
+        for sign in (1.0, -1.0) if realignment.both_ways else (1.0,):
+            matches, _ = runtime.indexes.search(space_id, sign * refitted, k, label_names=realignment.names)
+            # The cosine with the refitted spec itself, whichever way round found it.
+            aligned.update((m.id, (realignment, sign * m.score)) for m in matches)
     rows = learnwares.ready_by_ids(session, [m.id for m in found] + list(aligned))
     # A learnware deleted after the index was last synced is dropped here.
     candidates = [Candidate(m.id, m.score, tuple(rows[m.id].label_names)) for m in found if m.id in rows]
@@ -158,9 +159,9 @@ def find_candidates(
     candidates = with_alignment(
         candidates,
         [
-            Candidate(i, cosine, tuple(rows[i].label_names))
-            for i, (key, cosine) in aligned.items()
-            if i in rows and label_set(rows[i].label_names) == key
+            Candidate(i, aligned_score(realignment, cosine), tuple(rows[i].label_names))
+            for i, (realignment, cosine) in aligned.items()
+            if i in rows and label_set(rows[i].label_names) == realignment.label_set
         ],
     )
     vectors = learnwares.spec_vectors(session, [c.id for c in candidates])

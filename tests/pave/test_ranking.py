@@ -11,9 +11,10 @@ from app.ml.ranking import (
     FLOOR_SHARE_OF_CHANCE,
     Candidate,
     LabelMap,
+    Realignment,
     ShotScore,
     Tier,
-    alignment_label_sets,
+    aligned_score,
     answers,
     by_tier,
     check_count,
@@ -31,6 +32,7 @@ from app.ml.ranking import (
     names_map_nats,
     originals_first,
     rank_for_task,
+    realignments,
     shot_score,
     tier_of,
     with_alignment,
@@ -558,36 +560,67 @@ def test_the_names_and_the_examples_weigh_in_together_on_a_map() -> None:
     )
 
 
-def test_a_two_label_task_no_learnware_names_is_realigned_to_the_two_class_label_sets() -> None:
+def _similarity(rows: list[str] | tuple[str, ...], columns: list[str] | tuple[str, ...]) -> np.ndarray:
+    """Names' similarity as the base would read these: a word and its synonym or translation are
+    close, anything else far."""
+    same = [
+        {"bad", "negative", "négatif"},
+        {"good", "positive", "positif"},
+        {"rage", "anger"},
+        {"sorrow", "sadness"},
+    ]
+    return np.asarray(
+        [[0.9 if any({r, c} <= group for group in same) else 0.1 for c in columns] for r in rows]
+    )
+
+
+def test_a_task_no_learnware_names_is_realigned_to_their_label_sets() -> None:
     sets = [
-        ["negative", "positive"],
-        ["ham", "spam"],
-        ["Positive", "negative"],  # the same set: order, case aside
-        ["world", "sports", "business", "tech"],
-        ["subjective", "objective"],
-        ["negative", "positive"],
+        (["negative", "positive"], 3),
+        (["ham", "spam"], 1),
+        (["Positive", "negative"], 1),  # the same set: order, case aside
+        (["anger", "joy", "optimism", "sadness"], 2),
+        (["subjective", "objective"], 1),
+        (["a", "b", "c"], 1),
     ]
-    # Most common first, each once, in the names of the first learnware that has it.
-    assert alignment_label_sets(["0", "1"], sets) == [
-        ("negative", "positive"),
-        ("ham", "spam"),
-        ("subjective", "objective"),
+    # Codes: the two-class sets, each both ways round, the most common first, in the names of the
+    # first learnwares that have them; no many-class set (codes map nothing by meaning).
+    plan = realignments(["0", "1"], sets, _similarity)
+    assert [(r.names, r.both_ways) for r in plan] == [
+        (("negative", "positive"), True),
+        (("ham", "spam"), True),
+        (("subjective", "objective"), True),
     ]
-    assert alignment_label_sets(["négatif", "positif"], sets, limit=2) == [
-        ("negative", "positive"),
-        ("ham", "spam"),
+    assert plan[0].label_set == frozenset({"negative", "positive"})
+    # Names whose meaning maps them: under that map, one way round, and onto a few of a larger
+    # model's classes too; sets they do not map, both ways round where two-class, else not at all.
+    plan = realignments(["bon", "mauvais"], sets, _similarity, limit=2)
+    assert [(r.names, r.both_ways) for r in plan] == [
+        (("negative", "positive"), True),
+        (("ham", "spam"), True),
     ]
-    # Not when a learnware answers the labels by name (the spec under the user's names is then
-    # the right comparison), nor for more than two labels (too many alignments to refit).
-    assert alignment_label_sets(["spam", "ham"], sets) == []
-    assert alignment_label_sets(["a", "b", "c"], [["x", "y", "z"], ["u", "v", "w"]]) == []
-    assert alignment_label_sets(["0", "1"], [["world", "sports", "business", "tech"]]) == []
+    plan = realignments(["positif", "négatif"], sets, _similarity)
+    assert (plan[0].names, plan[0].both_ways) == (("positive", "negative"), False)
+    assert all(r.names != ("anger", "sadness") for r in plan)
+    plan = realignments(["rage", "sorrow"], sets, _similarity)
+    assert ((("anger", "sadness"), False)) in [(r.names, r.both_ways) for r in plan]
+    # Not when a learnware answers the labels by name (the spec under the user's own names is
+    # then the comparison), nor without a map for more than two labels.
+    assert realignments(["spam", "ham"], sets, _similarity) == []
+    assert realignments(["x", "y", "z"], [(["u", "v", "w"], 1)], _similarity) == []
+    assert realignments(["0", "1"], [(["world", "sports", "business", "tech"], 1)]) == []
 
 
 def test_a_realigned_learnware_is_scored_under_the_alignment_that_fits() -> None:
     own = [Candidate(1, 0.02, ("ham", "spam")), Candidate(2, 0.30, ("world", "sports", "business", "tech"))]
+    both_ways = Realignment(frozenset({"ham", "spam"}), ("ham", "spam"), True)
+    one_way = Realignment(frozenset({"negative", "positive"}), ("negative", "positive"), False)
+    # The refitted spec negated: the other alignment fits, and counts as well as this one would;
+    # one way round, a negative cosine stays negative.
+    assert aligned_score(both_ways, -0.41) == pytest.approx(0.41)
+    assert aligned_score(one_way, -0.41) == pytest.approx(-0.41)
     realigned = [
-        Candidate(1, -0.41, ("ham", "spam")),  # the refitted spec negated: the other alignment fits
+        Candidate(1, aligned_score(both_ways, -0.41), ("ham", "spam")),
         Candidate(3, 0.35, ("negative", "positive")),  # found only by the refitted spec
     ]
     scored = {c.id: c for c in with_alignment(own, realigned)}
@@ -599,10 +632,6 @@ def test_a_realigned_learnware_is_scored_under_the_alignment_that_fits() -> None
     ranked = rank_for_task(ordered, ["0", "1"])
     assert ranked[0].aligned and not ranked[2].aligned
     assert (
-        ranked[0]
-        .reason()
-        .endswith(
-            "spec similarity 0.410 (your task's spec refitted under its label names, in the alignment that fits)"
-        )
+        ranked[0].reason().endswith("spec similarity 0.410 (your task's spec refitted under its label names)")
     )
     assert ranked[2].reason().endswith("spec similarity 0.300")

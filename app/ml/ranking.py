@@ -585,7 +585,7 @@ def realignments(
     by name: for a label set the names' meaning maps the task's labels onto (`map_by_meaning`,
     given their ``similarity``), under the names of that map; for a two-class set it does not
     map, under its own names both ways round; none for the rest. The most common label sets
-    first, at most ``limit``.
+    first, at most ``limit`` (of the ``4 * limit`` most common read).
 
     Why: the spec is fitted under the user's names, and the label-name head is most of what
     separates learnwares with as many classes (issue 15: the same examples under a spam filter's
@@ -605,7 +605,9 @@ def realignments(
         first.setdefault(key, tuple(names))
     codes = labels_are_codes(user_names)
     out: list[Realignment] = []
-    for key in sorted(counts, key=lambda key: (-counts[key], sorted(key))):
+    # The names' meaning is read for the most common sets only (an embedding per new label set):
+    # a market of many rare label sets costs no more than one of a few common ones.
+    for key in sorted(counts, key=lambda key: (-counts[key], sorted(key)))[: 4 * limit]:
         names = first[key]
         by_meaning = (
             None

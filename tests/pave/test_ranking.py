@@ -609,6 +609,10 @@ def test_a_task_no_learnware_names_is_realigned_to_their_label_sets() -> None:
     assert realignments(["spam", "ham"], sets, _similarity) == []
     assert realignments(["x", "y", "z"], [(["u", "v", "w"], 1)], _similarity) == []
     assert realignments(["0", "1"], [(["world", "sports", "business", "tech"], 1)]) == []
+    # Only the 4 × limit most common label sets are read: rare ones past them cost nothing.
+    rare = [([f"a{i}", f"b{i}", f"c{i}"], 2) for i in range(4)] + [(["yes", "no"], 1)]
+    assert realignments(["0", "1"], rare, _similarity, limit=1) == []
+    assert [r.names for r in realignments(["0", "1"], rare, _similarity, limit=2)] == [("yes", "no")]
 
 
 def test_a_realigned_learnware_is_scored_under_the_alignment_that_fits() -> None:

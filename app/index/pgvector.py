@@ -44,7 +44,7 @@ from app.index.registry import IndexInfo, index_epoch
 from app.ml.binary_index import SIGN_BITS, encoding_of_config, packed_len, spec_from_bytes
 from app.ml.errors import IncompatibleSpec
 from app.ml.identify import Match
-from app.ml.ranking import normalise_label
+from app.ml.ranking import label_set
 
 log = logging.getLogger(__name__)
 
@@ -248,7 +248,7 @@ class PgVectorEngine:
         with self.db.session() as session:
             batch: list[tuple[Any, ...]] = []
             for lw_id, status, private, names, blob in session.execute(query):
-                labels = sorted({normalise_label(n) for n in names or []})
+                labels = sorted(label_set(names or []))
                 literal = (
                     None if blob is None else space.literal(spec_from_bytes(blob, space.dim, packed=packed))
                 )
@@ -391,7 +391,7 @@ class PgVectorEngine:
             return [], space.db_version
         visible = "ready AND public"
         if label_names:
-            user = sorted({normalise_label(n) for n in label_names})
+            user = sorted(label_set(label_names))
             # The tiers of ranking.tier_of, each filtered inside the engine's index scan.
             filters: list[tuple[str, tuple[Any, ...]]] = [
                 (f"{visible} AND labels @> %s::text[]", (user,)),

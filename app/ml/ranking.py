@@ -121,9 +121,14 @@ class Tier(IntEnum):
         return {0: "labels-by-name", 1: "label-map", 2: "cannot-answer"}[int(self)]
 
 
+def label_set(names: Sequence[str]) -> frozenset[str]:
+    """A label set as `tier_of` compares two: order, case and separators aside."""
+    return frozenset(normalise_label(n) for n in names)
+
+
 def tier_of(user_names: Sequence[str], model_names: Sequence[str]) -> Tier:
-    model = {normalise_label(n) for n in model_names}
-    user = {normalise_label(n) for n in user_names}
+    model = label_set(model_names)
+    user = label_set(user_names)
     if user <= model:
         return Tier.BY_NAME
     return Tier.LABEL_MAP if len(model) >= len(user) else Tier.CANNOT
@@ -553,11 +558,6 @@ class Candidate:
     label_names: tuple[str, ...]
     aligned: bool = False
     """Its score compares it with the task's spec refitted under its own label names (`realignments`)."""
-
-
-def label_set(names: Sequence[str]) -> frozenset[str]:
-    """A label set as `tier_of` compares them: order, case and separators aside."""
-    return frozenset(normalise_label(n) for n in names)
 
 
 @dataclass(frozen=True)

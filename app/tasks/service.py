@@ -26,7 +26,6 @@ from app.ml.ranking import (
     as_ranked,
     by_tier,
     label_set,
-    normalise_label,
     originals_first,
     rank_for_task,
     with_alignment,
@@ -173,7 +172,7 @@ def present(
 ) -> list[dict[str, Any]]:
     """The matches as the API returns them (`MatchRead`), each with why it is where it is."""
     rows = learnwares.ready_by_ids(session, [r.id for r in ranked])
-    wanted = {normalise_label(n) for n in label_names}
+    wanted = label_set(label_names)
     results: list[dict[str, Any]] = []
     for match in ranked:
         learnware = rows.get(match.id)
@@ -191,7 +190,7 @@ def present(
                 "task_type": learnware.task_type,
                 "model_format": learnware.model_format,
                 "label_names": names,
-                "labels_match": bool(wanted) and {normalise_label(n) for n in names} == wanted,
+                "labels_match": bool(wanted) and label_set(names) == wanted,
                 "tier": match.tier.slug if label_names else None,
                 "label_map": None if label_map is None else label_map.names(label_names, names),
                 "label_map_how": None if label_map is None else label_map.how,

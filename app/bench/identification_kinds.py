@@ -6,6 +6,9 @@ Each kind is its own row (BENCHMARK.md, "Identification"); the headline is the m
 - ``synonyms``, ``codes``, ``case and order``, ``french``: the same shots with the classes named
   otherwise ("good" for "positive"; "0", "1"; "POSITIVE" with the label ids in another order;
   "positif");
+- ``codes, renumbered``: codes that do not follow the task's own numbering (the classes shifted
+  round by a seed's offset, so no code k is class k): the numbers' reading (`ranking.code_order`)
+  is wrong for every label, and the examples must overrule it;
 - ``4 shots``, ``16 shots``: fewer or more examples per class;
 - ``label subset``: half the classes (at least two) of a task with four or more, named as the
   learnware names them: a learnware of the whole task serves by restricting its answers;
@@ -118,6 +121,7 @@ KINDS = (
     "same names",
     "synonyms",
     "codes",
+    "codes, renumbered",
     "case and order",
     "french",
     "4 shots",
@@ -184,6 +188,11 @@ def users(market: Market, seeds: tuple[int, ...], kinds: tuple[str, ...] = KINDS
                 elif kind == "codes":
                     codes = [str(i) for i in every]
                     yield User(kind, task_name, seed, _relabel(shots8, every, codes), tuple(every))
+                elif kind == "codes, renumbered":
+                    shift = int(np.random.default_rng([seed, 2718]).integers(1, len(every)))
+                    shifted = every[shift:] + every[:shift]  # code i is class shifted[i] != i
+                    codes = [str(i) for i in every]
+                    yield User(kind, task_name, seed, _relabel(shots8, shifted, codes), tuple(shifted))
                 elif kind == "case and order":
                     order = every[::-1]
                     upper = [names[c].upper() for c in order]

@@ -74,3 +74,21 @@ def test_the_cover_profile_holds_label_sets_that_contain_one_another(datasets_di
     }
     assert names["sst2"] < names["tweet_sentiment"] < names["sst5"]
     assert len(names["banking77"]) == 77 and len(names["clinc150"]) == 150
+
+
+def test_renumbered_codes_never_read_as_the_task_numbers_them(market: _Market) -> None:
+    """The codes users number classes as the task does ("3" is class 3, the numbers' reading);
+    the renumbered ones shift every class, so that reading is wrong for each of their labels."""
+    users = list(kinds.users(market, (0, 1, 2)))
+    coded = {(u.task, u.seed): u for u in users if u.kind == "codes"}
+    renumbered = {(u.task, u.seed): u for u in users if u.kind == "codes, renumbered"}
+    assert set(coded) == set(renumbered) == {(t, s) for t in market.tasks for s in (0, 1, 2)}
+    for key, user in renumbered.items():
+        n = len(market.tasks[key[0]].label_names)
+        assert user.shots.label_names == coded[key].shots.label_names == [str(i) for i in range(n)]
+        assert coded[key].classes == tuple(range(n))
+        assert sorted(user.classes) == list(range(n))
+        assert all(c != i for i, c in enumerate(user.classes))
+        # The same examples, each labelled with the code of its class.
+        truth = [user.classes[y] for y in user.shots.labels]
+        assert sorted(truth) == sorted(coded[key].shots.labels.tolist())

@@ -7,8 +7,9 @@ Each kind is its own row (BENCHMARK.md, "Identification"); the headline is the m
   otherwise ("good" for "positive"; "0", "1"; "POSITIVE" with the label ids in another order;
   "positif");
 - ``codes, renumbered``: codes that do not follow the task's own numbering (the classes shifted
-  round by a seed's offset, so no code k is class k): the numbers' reading (`ranking.code_order`)
-  is wrong for every label, and the examples must overrule it;
+  round by a seed's offset, so no code k is class k): a rule that reads "3" as a learnware's
+  class 3 is wrong for every label here (one such rule was tried and not kept: it lifted
+  ``codes`` and sank this kind, docs/benchmarks/identification.md);
 - ``4 shots``, ``16 shots``: fewer or more examples per class;
 - ``label subset``: half the classes (at least two) of a task with four or more, named as the
   learnware names them: a learnware of the whole task serves by restricting its answers;

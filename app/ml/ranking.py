@@ -12,9 +12,8 @@ whether a learnware can serve the user and how well:
    clear margin per label moved ("good" is "positive"), though a few of a larger model's classes
    are the examples' to pick where there are some (`choose_label_map`); by the user's examples
    where the names are codes ("0", "LABEL_1") or do not decide it, weighed with the names'
-   reading where they carry meaning, so clear names settle what a few examples cannot, and
-   against the numbers' reading where the user's labels are numbered codes ("3" is the model's
-   class 3, the order a dataset's class ids keep: `code_order`) (`map_by_examples`). A map chosen from data alone can be absurd (an inverted spam filter's
+   reading where they carry meaning, so clear names settle what a few examples cannot
+   (`map_by_examples`). A map chosen from data alone can be absurd (an inverted spam filter's
    "ham" onto the user's word for spam), which is why meaning comes first, and why a map the
    examples chose pays for itself (`map_cost`): its description length, under the names' own
    reading of the map where both sides' names carry meaning.
@@ -94,9 +93,7 @@ MAP_PAIRS_SHOWN = 6
 
 _CODE = re.compile(r"^(?:label|class|cls|category|cat|c|l|y|id)?[\s_\-#:]*\d+$|^[a-z]$", re.IGNORECASE)
 
-_TRAILING_NUMBER = re.compile(r"\d+$")
-
-MapHow = Literal["names", "meaning", "order", "examples"]
+MapHow = Literal["names", "meaning", "examples"]
 
 
 def normalise_label(name: str) -> str:
@@ -107,45 +104,6 @@ def normalise_label(name: str) -> str:
 def labels_are_codes(names: Sequence[str]) -> bool:
     """Names that carry no meaning: numbers, ``LABEL_3``, ``class 2``, single letters."""
     return all(_CODE.match(normalise_label(n)) for n in names)
-
-
-def _code_numbers(names: Sequence[str]) -> list[int] | None:
-    """The numbers of numbered codes ("3", "LABEL_3", "class 3"), distinct; None otherwise."""
-    if not labels_are_codes(names):
-        return None
-    numbers = []
-    for name in names:
-        found = _TRAILING_NUMBER.search(normalise_label(name))
-        if found is None:  # a letter code
-            return None
-        numbers.append(int(found.group()))
-    return numbers if len(set(numbers)) == len(numbers) else None
-
-
-def code_order(user_names: Sequence[str], model_names: Sequence[str]) -> tuple[int, ...] | None:
-    """The map a user's numbered codes read: code k is the model's class k. None where they
-    read none (names, letters, numbers out of the model's range).
-
-    Numbered labels are most often a dataset's class ids, positions in its list of classes, the
-    order a model trained on that dataset keeps (a Hugging Face model's ``id2label``). So the
-    user's "k" reads as the model's class numbered k where its own labels are numbered codes too
-    ("LABEL_k"), else as the k-th of its classes, counted from 0, or from 1 where the codes run
-    up to the model's class count. It is a reading, not a fact: the examples check it, and a map
-    they prefer still wins where it fits them better than the reading's price difference
-    (`map_by_examples`)."""
-    numbers = _code_numbers(user_names)
-    if numbers is None:
-        return None
-    model_numbers = _code_numbers(model_names)
-    if model_numbers is not None:
-        position = {k: j for j, k in enumerate(model_numbers)}
-        return tuple(position[k] for k in numbers) if all(k in position for k in numbers) else None
-    n_model = len(model_names)
-    if max(numbers) < n_model:
-        return tuple(numbers)
-    if min(numbers) >= 1 and max(numbers) <= n_model:
-        return tuple(k - 1 for k in numbers)
-    return None
 
 
 class Tier(IntEnum):
@@ -206,8 +164,6 @@ class LabelMap:
         how = {
             "names": "labels matched by name",
             "meaning": "labels matched by the meaning of their names",
-            "order": "labels matched by number, your code k as its class k (the order a dataset's "
-            "class ids keep; no other map fits your examples better by more than its price)",
             "examples": "labels mapped by your examples (the names do not decide it; its accuracy "
             "there scores each example under the map chosen on the others)",
         }[self.how]
@@ -292,7 +248,6 @@ def map_by_examples(
     n_user: int,
     n_model: int,
     log_prior: np.ndarray | None = None,
-    order: Sequence[int] | None = None,
 ) -> LabelMap:
     """The injective map the user's examples choose: the one with the shortest two-part code,
     the names' price of the map (``log_prior``, `names_log_prior`: their reading of each pair,
@@ -307,14 +262,7 @@ def map_by_examples(
     "travel notification" (34% held out) and, where the model erred on one example, "spelling"
     with "bill due class". Nor do a handful of an inverted classifier's answers turn clear names
     round: it keeps the names' map and scores as badly as it does. Optimistic with a handful of
-    examples: it is chosen on the examples it is then scored on (`held_out_score`).
-
-    Where the user's codes read a map (``order``, `code_order`: "3" is the model's class 3), a map
-    is named in one of two ways, a bit to say which: as that reading (nothing more), or as any
-    map (the uniform price, `map_cost`). The reading is returned (``how="order"``) unless the
-    examples' best map beats it by more than the uniform price: 64 examples cannot place 77
-    intents' codes (most have no example), while the codes' own numbering does, and an
-    inverted classifier's flipped map is still open to examples that clearly want it."""
+    examples: it is chosen on the examples it is then scored on (`held_out_score`)."""
     labels = np.asarray(labels, dtype=np.int64)
     predicted = np.asarray(predicted, dtype=np.int64)
     if probs is None:
@@ -329,14 +277,7 @@ def map_by_examples(
         if prior.shape != (n_user, n_model):
             raise ValueError(f"names' reading of shape {prior.shape} for {n_user}×{n_model} labels")
         gain += prior
-    best, total = _assignment(gain)
-    if order is not None:
-        read = np.asarray(order, dtype=np.int64)
-        if read.shape != (n_user,) or len(set(read.tolist())) < n_user or read.max() >= n_model:
-            raise ValueError(f"codes' reading {tuple(read.tolist())} for {n_user}×{n_model} labels")
-        uniform = map_cost(n_user, n_model, 1)
-        if float(gain[np.arange(n_user), read].sum()) >= total - uniform:
-            return LabelMap(tuple(int(j) for j in read), "order", n_model)
+    best, _ = _assignment(gain)
     return LabelMap(tuple(int(j) for j in best), "examples", n_model, names_weighed=log_prior is not None)
 
 
@@ -470,7 +411,6 @@ def held_out_score(
     labels: np.ndarray,
     label_map: LabelMap,
     log_prior: np.ndarray | None = None,
-    order: Sequence[int] | None = None,
 ) -> ShotScore:
     """The score on the user's examples under ``label_map``, honest about how it was chosen.
 
@@ -479,12 +419,8 @@ def held_out_score(
     fits 16 sentiment examples by luck), so each example is scored under the map chosen on the
     others (leave-one-out), and the score carries the map's `map_cost` (under the names' reading
     ``log_prior`` where they have one: `names_log_prior`); the map shown is the one chosen on all
-    of them. Where the codes read a map (``order``, `code_order`), taking that reading costs the
-    bit that says so, and any other map that bit more than its uniform price (`map_by_examples`).
+    of them.
     """
-    if label_map.how == "order":
-        scored = shot_score(predicted, probs, labels, label_map)
-        return replace(scored, map_cost=math.log(2) / max(1, len(labels)))
     if label_map.how != "examples":
         return shot_score(predicted, probs, labels, label_map)
     labels = np.asarray(labels, dtype=np.int64)
@@ -500,7 +436,6 @@ def held_out_score(
             n_user,
             n_model,
             log_prior if label_map.names_weighed else None,
-            order,
         )
         one = slice(i, i + 1)
         user_pred, user_probs = answers(
@@ -511,11 +446,9 @@ def held_out_score(
     scored = _score(np.asarray(right), np.asarray(true_probs), n_user)
     names_nats = None if log_prior is None else names_map_nats(label_map, log_prior)
     uniform = map_cost(n_user, n_model, 1)
-    # Not the codes' reading: its uniform price and the bit that says so.
-    priced = math.inf if names_nats is None and order is not None else names_nats
     return replace(
         scored,
-        map_cost=map_cost(n_user, n_model, len(labels), priced),
+        map_cost=map_cost(n_user, n_model, len(labels), names_nats),
         names_agree=None if names_nats is None else names_nats < uniform,
     )
 
@@ -535,7 +468,6 @@ def check_on_examples(
     it where their ``similarity`` was read, with the space's head ``temperature``); None when no
     map applies."""
     prior = None if similarity is None else names_log_prior(user_names, model_names, similarity, temperature)
-    order = code_order(user_names, model_names)
     label_map = choose_label_map(
         user_names,
         model_names,
@@ -544,11 +476,10 @@ def check_on_examples(
         probs=probs,
         labels=labels,
         log_prior=prior,
-        order=order,
     )
     if label_map is None:
         return None
-    return label_map, held_out_score(predicted, probs, labels, label_map, prior, order)
+    return label_map, held_out_score(predicted, probs, labels, label_map, prior)
 
 
 def check_count(ordered: Sequence[Candidate], user_names: Sequence[str], k: int, k_unnamed: int) -> int:
@@ -569,12 +500,10 @@ def choose_label_map(
     probs: np.ndarray | None = None,
     labels: np.ndarray | None = None,
     log_prior: np.ndarray | None = None,
-    order: Sequence[int] | None = None,
 ) -> LabelMap | None:
     """By name, else by meaning (given the names' ``similarity``), else by the user's examples
     (given the model's ``predicted`` classes on them and their ``labels``; weighed with the names'
-    reading ``log_prior`` where there is one, or against the codes' reading ``order``, `code_order`:
-    `map_by_examples`); None when none applies:
+    reading ``log_prior`` where there is one: `map_by_examples`); None when none applies:
     fewer model classes than user labels, nothing to decide by, or a few of a larger model's
     meaningful classes with no names' reading to price the map by (`examples_may_map`).
 
@@ -599,7 +528,7 @@ def choose_label_map(
         and labels is not None
         and examples_may_map(user_names, model_names, names_read=similarity is not None)
     ):
-        return map_by_examples(predicted, probs, labels, len(user_names), len(model_names), log_prior, order)
+        return map_by_examples(predicted, probs, labels, len(user_names), len(model_names), log_prior)
     return None
 
 
@@ -655,17 +584,15 @@ def realignments(
     names, each with how many learnwares have them), when none of them answers the task's labels
     by name: for a label set the names' meaning maps the task's labels onto (`map_by_meaning`,
     given their ``similarity``), under the names of that map; for a two-class set it does not
-    map, under its own names both ways round; for a set of as many classes that the task's
-    numbered codes read (`code_order`: "3" is its class 3), under its names in that order; none
-    for the rest. The most common label sets
+    map, under its own names both ways round; none for the rest. The most common label sets
     first, at most ``limit`` (of the ``4 * limit`` most common read).
 
     Why: the spec is fitted under the user's names, and the label-name head is most of what
     separates learnwares with as many classes (issue 15: the same examples under a spam filter's
     own names score 0.37 against it, −0.08 under other names). Refitted under a learnware's
     names, the task is compared with it as a user who names the classes as it does would be.
-    Codes ("0", "1") map nothing by meaning, so more than two labels are realigned only as
-    their numbers read: the other alignments are too many to refit."""
+    Codes ("0", "1") map nothing by meaning, so only two labels are realigned without it: more
+    labels have too many alignments to refit."""
     if any(tier_of(user_names, names) == Tier.BY_NAME for names, _ in label_sets):
         return []
     counts: dict[frozenset[str], int] = {}
@@ -687,13 +614,10 @@ def realignments(
             if similarity is None or codes or labels_are_codes(names)
             else map_by_meaning(user_names, names, similarity(user_names, names))
         )
-        order = code_order(user_names, names) if len(names) == len(user_names) else None
         if by_meaning is not None:
             out.append(Realignment(key, tuple(names[j] for j in by_meaning.model_class), False))
         elif len(names) == len(user_names) == 2:
             out.append(Realignment(key, names, True))
-        elif order is not None:
-            out.append(Realignment(key, tuple(names[j] for j in order), False))
         if len(out) == limit:
             break
     return out

@@ -71,12 +71,10 @@ class MatchRead(BaseModel):
         description="its labels → the task's labels, as its answers are to be read (only the "
         "learnware's labels that answer one of the task's appear)",
     )
-    label_map_how: Literal["names", "meaning", "order", "examples"] | None = Field(
+    label_map_how: Literal["names", "meaning", "examples"] | None = Field(
         default=None,
         description="how the label map was chosen: equal names; the meaning of the names (their "
-        "embeddings agree on one map by a clear margin); the task's numbered codes read as class "
-        "numbers (its '3' is the learnware's class 3, or its 'LABEL_3'), where no other map fits "
-        "the task's examples better by more than its price; or the task's examples, where the names "
+        "embeddings agree on one map by a clear margin); or the task's examples, where the names "
         "are codes or do not decide it (where both sides' names mean something, weighed with their "
         "reading, so clear names settle what a few examples cannot, and a map they argue against "
         "costs more: `shot_map_cost`)",

@@ -60,36 +60,24 @@ def test_serve_runs_the_dock_on_one_machine(
     true_probs = on_examples.probs[np.arange(len(query)), query.labels]
     assert result.matches[0].shot_confidence == pytest.approx(float(np.mean(true_probs)), abs=1e-6)
     # The same examples with codes for label names: no learnware speaks them and codes carry no
-    # meaning, so the check runs the one with as many classes (trec's). Numbered as its classes
-    # are, "3" reads as its class 3, and its answers on the examples bear the reading out; the
-    # same codes numbered the other way round are mapped by the examples, at the uniform price
-    # of one map of 720 and the bit that says it is not the numbers' reading. Each says so.
-    n = len(query.label_names)
-    codes = [str(i) for i in range(n)]
-    reversed_labels = [n - 1 - int(y) for y in query.labels]
+    # meaning, so the check runs the one with as many classes (trec's) through the label map that
+    # fits the examples best, and says so.
+    renamed = [str(i) for i in range(len(query.label_names))]
     with DockClient(url, user) as client:
-        posted = [
-            client.task(query.texts, [int(y) for y in query.labels], codes, top_k=2),
-            client.task(query.texts, reversed_labels, codes, top_k=2),
-        ]
-        numbered, backwards = (client.wait_task(t.task_id, timeout=300).matches[0] for t in posted)
-    model_names = list(runner.label_names)
-    assert numbered.learnware_id == ids["trec"] and numbered.labels_match is False
-    assert numbered.tier == "label-map" and numbered.label_map_how == "order"
-    assert numbered.label_map == dict(zip(model_names, codes, strict=True))
-    assert numbered.shot_accuracy == pytest.approx(own_accuracy)
-    assert "labels matched by number" in numbered.reason
-    assert numbered.shot_map_cost == pytest.approx(math.log(2) / len(query))
-    label_map = map_by_examples(predicted, on_examples.probs, np.asarray(reversed_labels), n, n)
-    accuracy = float(np.mean(np.asarray(label_map.model_class)[reversed_labels] == predicted))
-    assert backwards.learnware_id == ids["trec"] and backwards.label_map_how == "examples"
-    assert backwards.shot_accuracy == pytest.approx(accuracy) and accuracy >= own_accuracy
-    assert backwards.label_map == label_map.names(codes, model_names)
-    assert "your examples" in backwards.reason
-    first_model_label, first_code = next(iter(backwards.label_map.items()))
-    assert f"its {first_model_label!r} is your {first_code!r}" in backwards.reason  # the map, spelt out
-    assert backwards.shot_map_cost == pytest.approx((math.lgamma(n + 1) + math.log(2)) / len(query))
-    assert f"less {backwards.shot_map_cost:.2f} for the label map" in backwards.reason
+        posted = client.task(query.texts, [int(y) for y in query.labels], renamed, top_k=2)
+        top = client.wait_task(posted.task_id, timeout=300).matches[0]
+    label_map = map_by_examples(predicted, on_examples.probs, query.labels, len(renamed), len(renamed))
+    accuracy = float(np.mean(np.asarray(label_map.model_class)[query.labels] == predicted))
+    assert top.learnware_id == ids["trec"] and top.labels_match is False and top.tier == "label-map"
+    assert (
+        top.shot_accuracy == pytest.approx(accuracy) and own_accuracy is not None and accuracy >= own_accuracy
+    )
+    assert top.label_map == label_map.names(renamed, list(runner.label_names))
+    assert top.label_map_how == "examples" and "your examples" in top.reason
+    first_model_label, first_code = next(iter(top.label_map.items()))
+    assert f"its {first_model_label!r} is your {first_code!r}" in top.reason  # the map, spelt out
+    assert top.shot_map_cost == pytest.approx(map_cost(len(renamed), len(renamed), len(query)))
+    assert top.shot_map_cost is not None and f"less {top.shot_map_cost:.2f} for the label map" in top.reason
     # Two labels that no learnware names: the task's spec is refitted under the two-class
     # learnware's own names (sst2's), and that learnware is scored under the alignment that fits:
     # the cosine the same examples get from a user who names the classes as it does, whichever

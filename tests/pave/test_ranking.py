@@ -21,7 +21,6 @@ from app.ml.ranking import (
     check_on_examples,
     choose_checked,
     choose_label_map,
-    code_order,
     examples_may_map,
     held_out_score,
     labels_are_codes,
@@ -614,13 +613,6 @@ def test_a_task_no_learnware_names_is_realigned_to_their_label_sets() -> None:
     rare = [([f"a{i}", f"b{i}", f"c{i}"], 2) for i in range(4)] + [(["yes", "no"], 1)]
     assert realignments(["0", "1"], rare, _similarity, limit=1) == []
     assert [r.names for r in realignments(["0", "1"], rare, _similarity, limit=2)] == [("yes", "no")]
-    # Numbered codes of more than two labels: realigned as their numbers read, onto sets of as
-    # many classes only.
-    emotions = ["anger", "joy", "optimism", "sadness"]
-    plan = realignments(["3", "1", "0", "2"], sets, _similarity)
-    assert [(r.names, r.both_ways) for r in plan] == [(("sadness", "joy", "anger", "optimism"), False)]
-    assert plan[0].label_set == frozenset(emotions)
-    assert realignments(["a", "b", "c", "d"], sets, _similarity) == []  # letters read no number
 
 
 def test_a_realigned_learnware_is_scored_under_the_alignment_that_fits() -> None:
@@ -647,68 +639,3 @@ def test_a_realigned_learnware_is_scored_under_the_alignment_that_fits() -> None
         ranked[0].reason().endswith("spec similarity 0.410 (your task's spec refitted under its label names)")
     )
     assert ranked[2].reason().endswith("spec similarity 0.300")
-
-
-def test_numbered_codes_read_as_class_numbers() -> None:
-    """A dataset's class ids are positions in its list of classes, the order a model trained on it
-    keeps: "3" is its class 3, counted from 1 where the codes run to its class count; its own
-    numbered codes by number. Names, letters and numbers out of range read nothing."""
-    four = ["anger", "joy", "optimism", "sadness"]
-    assert code_order(["0", "1", "2", "3"], four) == (0, 1, 2, 3)
-    assert code_order(["LABEL_2", "label 0"], four) == (2, 0)  # a few of them
-    assert code_order(["1", "2", "3", "4"], four) == (0, 1, 2, 3)
-    assert code_order(["1", "2"], four) == (1, 2)  # within range: counted from 0
-    assert code_order(["class 7", "class 3"], ["LABEL_3", "LABEL_7", "LABEL_9"]) == (1, 0)
-    assert code_order(["0", "1"], ["LABEL_3", "LABEL_7"]) is None
-    assert code_order(["0", "5"], four) is None
-    assert code_order(["a", "b"], four) is None
-    assert code_order(["anger", "joy"], four) is None
-    assert code_order(["1", "01"], four) is None  # one number twice
-
-
-def test_the_codes_reading_places_what_few_examples_cannot() -> None:
-    """A ten-intent model, a user naming its intents "0" … "9" with examples of four of them:
-    the examples alone cannot say where the other six go (any placement fits them), and read two
-    mistakes as a map; the numbers place all ten.
-    The reading costs one bit; a map the examples clearly want (an inverted classifier) still
-    wins, at the uniform price and that bit; the match says how its map was chosen."""
-    model = [f"intent {name}" for name in "abcdefghij"]
-    user = [str(i) for i in range(10)]
-    labels = np.array([0, 0, 3, 3, 5, 5, 8, 8])
-    predicted = labels.copy()
-    predicted[:2] = 1  # it takes intent a for b: by the examples alone, "0" is its "intent b"
-    alone = map_by_examples(predicted, None, labels, 10, 10)
-    assert alone.how == "examples" and alone.model_class[0] == 1
-    checked = check_on_examples(user, model, predicted, None, labels, similarity=None, temperature=0.05)
-    assert checked is not None
-    label_map, score = checked
-    assert label_map == LabelMap(tuple(range(10)), "order", 10)
-    assert score.accuracy == pytest.approx(6 / 8)
-    assert score.map_cost == pytest.approx(math.log(2) / 8)
-    assert score == held_out_score(predicted, None, labels, label_map, None, tuple(range(10)))
-    reason = rank_for_task([Candidate(1, 0.4, tuple(model))], user, maps={1: label_map}, shots={1: score})[
-        0
-    ].reason(8, user, model)
-    assert "labels matched by number, your code k as its class k" in reason
-    assert "its 'intent d' is your '3'" in reason
-    # An inverted spam filter: sixteen examples all answered the other way round outweigh the
-    # reading; the flipped map costs its uniform price and the bit.
-    binary = np.repeat([0, 1], 8)
-    flipped = check_on_examples(
-        ["0", "1"], ["ham", "spam"], 1 - binary, None, binary, similarity=None, temperature=0.05
-    )
-    assert flipped is not None
-    assert flipped[0] == LabelMap((1, 0), "examples", 2)
-    assert flipped[1].accuracy == 1.0
-    assert flipped[1].map_cost == pytest.approx(2 * math.log(2) / 16)
-    # Half of them the other way round: no map fits better by more than its price; the reading
-    # stands and scores what it is.
-    half = binary.copy()
-    half[:4] = 1
-    half[8:12] = 0
-    kept = check_on_examples(
-        ["0", "1"], ["ham", "spam"], half, None, binary, similarity=None, temperature=0.05
-    )
-    assert kept is not None and kept[0] == LabelMap((0, 1), "order", 2) and kept[1].accuracy == 0.5
-    with pytest.raises(ValueError, match="codes' reading"):
-        map_by_examples(predicted, None, labels, 10, 10, order=(0, 0, 1, 2, 3, 4, 5, 6, 7, 8))

@@ -27,7 +27,7 @@ import json
 import logging
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -490,11 +490,18 @@ def run_identification_benchmark(
     head: str | None = None,
     extras: bool = True,
     market_seed: int = 0,
+    only_kinds: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Run the benchmark, write ``out`` (JSON), ``out.md`` and ``out.png``; return the results.
-    ``market_seed`` builds another market of the same tasks (its own cache folder)."""
+    ``market_seed`` builds another market of the same tasks (its own cache folder);
+    ``only_kinds`` keeps those kinds of user task (all when empty: a partial run's mean over
+    kinds is not the headline)."""
     if profile_name not in PROFILES:
         raise ValueError(f"unknown profile {profile_name!r}; known: {sorted(PROFILES)}")
+    unknown = sorted(set(only_kinds) - set(kinds.KINDS))
+    if unknown:
+        raise ValueError(f"unknown kinds {unknown}; known: {list(kinds.KINDS)}")
+    chosen_kinds = tuple(k for k in kinds.KINDS if k in only_kinds) if only_kinds else kinds.KINDS
     profile = PROFILES[profile_name]
     started = time.perf_counter()
     space = load_space()
@@ -546,7 +553,9 @@ def run_identification_benchmark(
     kind_rows: list[tuple[kinds.User, dict[str, float]]] = []
     realign_seconds: list[tuple[int, float]] = []
     kind_users: list[dict[str, Any]] = []
-    for user in tqdm(list(kinds.users(market, profile.seeds)), desc="users: as the service ranks"):
+    for user in tqdm(
+        list(kinds.users(market, profile.seeds, chosen_kinds)), desc="users: as the service ranks"
+    ):
         shots = user.shots
         vector = fit_pave_spec(
             space, shots.texts, shots.labels, shots.label_names, kind="task", recipe=default
@@ -613,7 +622,8 @@ def run_identification_benchmark(
         "command": f"pavedock bench identify --profile {profile.name} --out {out}"
         + (f" --head {head}" if head else "")
         + ("" if extras else " --no-extras")
-        + (f" --market-seed {market_seed}" if market_seed else ""),
+        + (f" --market-seed {market_seed}" if market_seed else "")
+        + "".join(f" --kind {k!r}" for k in only_kinds),
         "summary": summary,
         **{k: summary[k] for k in summary},
         "beyond": beyond,

@@ -312,7 +312,12 @@ def realigned_candidates(
     for realignment, vector in zip(plan, vectors, strict=True):
         of_set = {lw.id: pool[lw.id] for lw in members if label_set(lw.label_names) == realignment.label_set}
         out += [
-            Candidate(m.id, aligned_score(realignment, m.score), tuple(market.learnwares[m.id].label_names))
+            Candidate(
+                m.id,
+                aligned_score(realignment, m.score),
+                tuple(market.learnwares[m.id].label_names),
+                reading=realignment.reading,
+            )
             for m in rank_specs(vector, of_set)
         ]
     return out

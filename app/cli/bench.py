@@ -95,6 +95,13 @@ def bench_identify(
             help="another market of the same tasks: families, training and corruption seeds (0: the published one)",
         ),
     ] = 0,
+    kind: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="only this kind of user task (repeat for more; default: all, which the headline "
+            "mean over kinds needs)"
+        ),
+    ] = None,
 ) -> None:
     """The identification benchmark of BENCHMARK.md (kinds of user task as the service ranks; PAVE,
     PAVE♣, RKME; beyond; cost; steps curve)."""
@@ -108,6 +115,7 @@ def bench_identify(
         head=head,
         extras=extras,
         market_seed=market_seed,
+        only_kinds=tuple(kind or ()),
     )
     typer.echo(json.dumps(result["summary"], indent=2))
 

@@ -12,7 +12,9 @@ whether a learnware can serve the user and how well:
    clear margin per label moved ("good" is "positive"), though a few of a larger model's classes
    are the examples' to pick where there are some (`choose_label_map`); by the user's examples
    where the names are codes ("0", "LABEL_1") or do not decide it, weighed with the names'
-   reading where they carry meaning, so clear names settle what a few examples cannot
+   reading where they carry meaning, so clear names settle what a few examples cannot, and
+   with the user's numbered codes read as the model's class numbers ("3" is its class 3, the
+   order a dataset's class ids keep: `code_order`) where the examples bear that reading out
    (`map_by_examples`). A map chosen from data alone can be absurd (an inverted spam filter's
    "ham" onto the user's word for spam), which is why meaning comes first, and why a map the
    examples chose pays for itself (`map_cost`): its description length, under the names' own
@@ -93,6 +95,8 @@ MAP_PAIRS_SHOWN = 6
 
 _CODE = re.compile(r"^(?:label|class|cls|category|cat|c|l|y|id)?[\s_\-#:]*\d+$|^[a-z]$", re.IGNORECASE)
 
+_TRAILING_NUMBER = re.compile(r"\d+$")
+
 MapHow = Literal["names", "meaning", "examples"]
 
 
@@ -104,6 +108,61 @@ def normalise_label(name: str) -> str:
 def labels_are_codes(names: Sequence[str]) -> bool:
     """Names that carry no meaning: numbers, ``LABEL_3``, ``class 2``, single letters."""
     return all(_CODE.match(normalise_label(n)) for n in names)
+
+
+def _code_numbers(names: Sequence[str]) -> list[int] | None:
+    """The numbers of numbered codes ("3", "LABEL_3", "class 3"), distinct; None otherwise."""
+    if not labels_are_codes(names):
+        return None
+    numbers = []
+    for name in names:
+        found = _TRAILING_NUMBER.search(normalise_label(name))
+        if found is None:  # a letter code
+            return None
+        numbers.append(int(found.group()))
+    return numbers if len(set(numbers)) == len(numbers) else None
+
+
+def code_order(user_names: Sequence[str], model_names: Sequence[str]) -> tuple[int, ...] | None:
+    """The map a user's numbered codes read: code k is the model's class k. None where they read
+    none (names, letters, numbers out of the model's range).
+
+    Numbered labels are most often a dataset's class ids, positions in its list of classes, the
+    order a model trained on that dataset keeps (a Hugging Face model's ``id2label``). So the
+    user's "k" reads as the model's class numbered k where its own labels are numbered codes too
+    ("LABEL_k"), else as the k-th of its classes, counted from 0, or from 1 where the codes run up
+    to the model's class count. A reading, not a fact: each label the examples place elsewhere
+    pays for leaving it (`map_by_examples`), and where most leave it, the reading is dropped."""
+    numbers = _code_numbers(user_names)
+    if numbers is None:
+        return None
+    model_numbers = _code_numbers(model_names)
+    if model_numbers is not None:
+        position = {k: j for j, k in enumerate(model_numbers)}
+        return tuple(position[k] for k in numbers) if all(k in position for k in numbers) else None
+    n_model = len(model_names)
+    if max(numbers) < n_model:
+        return tuple(numbers)
+    if min(numbers) >= 1 and max(numbers) <= n_model:
+        return tuple(k - 1 for k in numbers)
+    return None
+
+
+def reading_nats(model_class: Sequence[int], order: Sequence[int], n_model: int) -> float:
+    """A map's description length told as exceptions to the codes' reading ``order``
+    (`code_order`): how many labels leave it (log(n + 1)), which (log of n choose k), and where
+    each goes (log(n_model − 1)). A map that keeps the reading costs log(n + 1), against the
+    uniform price of log(n_model! / (n_model − n)!) (`map_cost`): 5 nats against 605 for 150
+    intents."""
+    n = len(order)
+    k = sum(1 for m, r in zip(model_class, order, strict=True) if int(m) != int(r))
+    choose = math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+    return math.log(n + 1) + choose + k * math.log(max(1, n_model - 1))
+
+
+def _uniform_nats(n_user: int, n_model: int) -> float:
+    """log of the number of injective maps of ``n_user`` labels into ``n_model`` classes."""
+    return float(math.lgamma(n_model + 1) - math.lgamma(n_model - n_user + 1))
 
 
 class Tier(IntEnum):
@@ -144,6 +203,13 @@ class LabelMap:
     names_weighed: bool = False
     """For a map the examples chose: whether the names' reading of it weighed in with them
     (`map_by_examples` given the names' reading)."""
+    numbers_follow: int | None = None
+    """For a map the examples chose against the user's numbered codes read as the model's class
+    numbers (`code_order`): how many of the user's labels it keeps where the numbers put them;
+    None where the codes read no map."""
+    numbers_hold: bool = False
+    """Whether that reading named the map more shortly than the uniform code (`reading_nats`):
+    the examples bear the numbering out; otherwise they do not, and it is only a tie-break."""
 
     @property
     def restricted(self) -> bool:
@@ -171,6 +237,18 @@ class LabelMap:
             how = (
                 "labels mapped by your examples weighed with the meaning of the names (its accuracy "
                 "there scores each example under the map chosen on the others)"
+            )
+        if self.how == "examples" and self.numbers_follow is not None:
+            n = len(self.model_class)
+            how = (
+                "labels mapped by your examples weighed with your codes read as its class numbers ("
+                + (
+                    f"{self.numbers_follow} of your {n} labels are where their numbers put them, "
+                    "labels without examples among them"
+                    if self.numbers_hold
+                    else "your examples do not bear that numbering out"
+                )
+                + "; its accuracy there scores each example under the map chosen on the others)"
             )
         text = how + (", answers restricted to your labels" if self.restricted else "")
         if self.how == "names" or not user_names or not model_names:
@@ -248,6 +326,7 @@ def map_by_examples(
     n_user: int,
     n_model: int,
     log_prior: np.ndarray | None = None,
+    order: Sequence[int] | None = None,
 ) -> LabelMap:
     """The injective map the user's examples choose: the one with the shortest two-part code,
     the names' price of the map (``log_prior``, `names_log_prior`: their reading of each pair,
@@ -262,7 +341,18 @@ def map_by_examples(
     "travel notification" (34% held out) and, where the model erred on one example, "spelling"
     with "bill due class". Nor do a handful of an inverted classifier's answers turn clear names
     round: it keeps the names' map and scores as badly as it does. Optimistic with a handful of
-    examples: it is chosen on the examples it is then scored on (`held_out_score`)."""
+    examples: it is chosen on the examples it is then scored on (`held_out_score`).
+
+    Where the user's numbered codes read a map (``order``, `code_order`: "3" is the model's
+    class 3), the map is named in whichever of two codes is shorter: the uniform one, or as
+    exceptions to that reading (`reading_nats`). So a label with no example keeps its number
+    (64 examples leave most of 150 intents without one, and nothing else can place them), and
+    each label the examples place elsewhere pays for leaving it, which a confident example does
+    and a lucky one does not. Where most labels leave it, the reading costs more than it saves
+    and the examples' own best map is kept. The exceptions' price is concave in their count, so
+    the map is found by a few Hungarian passes, each paying a label to keep its number what one
+    more exception would cost at the last pass's count, and the shortest code is kept. Binary
+    codes gain nothing: both maps of two labels cost as much under either code."""
     labels = np.asarray(labels, dtype=np.int64)
     predicted = np.asarray(predicted, dtype=np.int64)
     if probs is None:
@@ -278,7 +368,75 @@ def map_by_examples(
             raise ValueError(f"names' reading of shape {prior.shape} for {n_user}×{n_model} labels")
         gain += prior
     best, _ = _assignment(gain)
+    if order is not None:
+        return _against_reading(gain, best, order, n_model)
     return LabelMap(tuple(int(j) for j in best), "examples", n_model, names_weighed=log_prior is not None)
+
+
+def _against_reading(gain: np.ndarray, free: np.ndarray, order: Sequence[int], n_model: int) -> LabelMap:
+    """`map_by_examples` where the codes read ``order``: each label with examples keeps its
+    number unless they place it elsewhere by more than what leaving costs.
+
+    The reading is a mixture: each label keeps its number, or with probability ε goes to any
+    other class. ε is fitted to the examples by EM on the labels that have some (their
+    likelihood under each class summed over the other classes, so no one map is assumed), and
+    the reading is kept only where that mixture explains them better, by more than the price of
+    fitting ε (½ log of the label count), than a map drawn at random does, and most labels keep
+    their numbers (ε < ½: that "not its number" is likelier is no reading). Where it holds, each
+    label pays log((1 − ε)(n_model − 1) / ε) to leave its number, and labels without examples
+    keep theirs; where it does not, the examples' own best map (``free``) stands, and labels
+    without examples sit on their numbers only where nothing else wants those classes."""
+    n_user = gain.shape[0]
+    read = np.asarray(order, dtype=np.int64)
+    if read.shape != (n_user,) or len(set(read.tolist())) < n_user or int(read.max()) >= n_model:
+        raise ValueError(f"codes' reading {tuple(read.tolist())} for {n_user}×{n_model} labels")
+    rows = np.arange(n_user)
+    seen = np.flatnonzero(np.any(gain != 0.0, axis=1))
+    tie_break = np.zeros_like(gain)
+    tie_break[rows, read] = 1e-6
+    holds, keep = False, 0.0
+    if len(seen) and n_model > 1:
+        kept = gain[seen, read[seen]]
+        others = gain[seen].copy()
+        others[np.arange(len(seen)), read[seen]] = -np.inf
+        elsewhere = _logsumexp(others) - math.log(n_model - 1)  # the mean likelihood of the others
+        anywhere = _logsumexp(gain[seen]) - math.log(n_model)
+        eps = 0.5
+        smallest = 1.0 / (2 * len(seen) + 2)
+        for _ in range(100):
+            stay = np.log1p(-eps) + kept
+            leave = math.log(eps) + elsewhere
+            left = float(np.mean(np.exp(leave - np.logaddexp(stay, leave))))
+            left = min(max(left, smallest), 1.0 - smallest)
+            if abs(left - eps) < 1e-6:
+                eps = left
+                break
+            eps = left
+        mixture = float(np.logaddexp(np.log1p(-eps) + kept, math.log(eps) + elsewhere).sum())
+        holds = eps < 0.5 and mixture - 0.5 * math.log(len(seen)) > float(anywhere.sum())
+        keep = max(0.0, math.log((1.0 - eps) * (n_model - 1) / eps))
+    if holds:
+        paid = gain + tie_break
+        paid[rows, read] += keep
+        best, _ = _assignment(paid)
+    else:
+        best, _ = _assignment(gain + tie_break)
+        if float(gain[rows, best].sum()) < float(gain[rows, free].sum()) - 1e-3:
+            best = free
+    return LabelMap(
+        tuple(int(j) for j in best),
+        "examples",
+        n_model,
+        numbers_follow=int(np.count_nonzero(best == read)),
+        numbers_hold=holds,
+    )
+
+
+def _logsumexp(x: np.ndarray) -> np.ndarray:
+    """log Σ exp over each row, safe for rows of −∞ and large values."""
+    top = np.max(x, axis=1)
+    top = np.where(np.isfinite(top), top, 0.0)
+    return top + np.log(np.exp(x - top[:, None]).sum(axis=1))
 
 
 def answers(
@@ -345,10 +503,12 @@ def map_cost(n_user: int, n_model: int, n_examples: int, names_nats: float | Non
     plus log 2 to say which. A map the names agree with ("rage" onto "anger" and "sorrow" onto
     "sadness" of a four-emotion model) costs little even when it picks a few of many classes; one
     they argue against ("bad" / "good" onto two question types) costs the uniform price and a bit.
-    No constant to tune: the names' reading is the space's own label-name head."""
+    No constant to tune: the names' reading is the space's own label-name head. Where the user's
+    numbered codes read a map (`code_order`), ``names_nats`` is the map told as exceptions to that
+    reading (`reading_nats`), with the same choice of the shorter code."""
     if n_examples <= 0 or n_model < n_user:
         return 0.0
-    uniform = float(math.lgamma(n_model + 1) - math.lgamma(n_model - n_user + 1))
+    uniform = _uniform_nats(n_user, n_model)
     if names_nats is None:
         return uniform / n_examples
     return (min(uniform, names_nats) + math.log(2)) / n_examples
@@ -411,6 +571,7 @@ def held_out_score(
     labels: np.ndarray,
     label_map: LabelMap,
     log_prior: np.ndarray | None = None,
+    order: Sequence[int] | None = None,
 ) -> ShotScore:
     """The score on the user's examples under ``label_map``, honest about how it was chosen.
 
@@ -418,8 +579,9 @@ def held_out_score(
     (more so the more classes the model has to pick from: a six-class model restricted to two
     fits 16 sentiment examples by luck), so each example is scored under the map chosen on the
     others (leave-one-out), and the score carries the map's `map_cost` (under the names' reading
-    ``log_prior`` where they have one: `names_log_prior`); the map shown is the one chosen on all
-    of them.
+    ``log_prior`` where they have one: `names_log_prior`, or as exceptions to the codes' reading
+    ``order`` where that is shorter: `reading_nats`); the map shown is the one chosen on all of
+    them.
     """
     if label_map.how != "examples":
         return shot_score(predicted, probs, labels, label_map)
@@ -436,6 +598,7 @@ def held_out_score(
             n_user,
             n_model,
             log_prior if label_map.names_weighed else None,
+            order if label_map.numbers_follow is not None else None,
         )
         one = slice(i, i + 1)
         user_pred, user_probs = answers(
@@ -446,9 +609,12 @@ def held_out_score(
     scored = _score(np.asarray(right), np.asarray(true_probs), n_user)
     names_nats = None if log_prior is None else names_map_nats(label_map, log_prior)
     uniform = map_cost(n_user, n_model, 1)
+    read_nats = names_nats
+    if order is not None and label_map.numbers_follow is not None:
+        read_nats = reading_nats(label_map.model_class, order, n_model)
     return replace(
         scored,
-        map_cost=map_cost(n_user, n_model, len(labels), names_nats),
+        map_cost=map_cost(n_user, n_model, len(labels), read_nats),
         names_agree=None if names_nats is None else names_nats < uniform,
     )
 
@@ -468,6 +634,7 @@ def check_on_examples(
     it where their ``similarity`` was read, with the space's head ``temperature``); None when no
     map applies."""
     prior = None if similarity is None else names_log_prior(user_names, model_names, similarity, temperature)
+    order = code_order(user_names, model_names)
     label_map = choose_label_map(
         user_names,
         model_names,
@@ -476,10 +643,11 @@ def check_on_examples(
         probs=probs,
         labels=labels,
         log_prior=prior,
+        order=order,
     )
     if label_map is None:
         return None
-    return label_map, held_out_score(predicted, probs, labels, label_map, prior)
+    return label_map, held_out_score(predicted, probs, labels, label_map, prior, order)
 
 
 def check_count(ordered: Sequence[Candidate], user_names: Sequence[str], k: int, k_unnamed: int) -> int:
@@ -500,10 +668,12 @@ def choose_label_map(
     probs: np.ndarray | None = None,
     labels: np.ndarray | None = None,
     log_prior: np.ndarray | None = None,
+    order: Sequence[int] | None = None,
 ) -> LabelMap | None:
     """By name, else by meaning (given the names' ``similarity``), else by the user's examples
     (given the model's ``predicted`` classes on them and their ``labels``; weighed with the names'
-    reading ``log_prior`` where there is one: `map_by_examples`); None when none applies:
+    reading ``log_prior`` where there is one, or with the numbered codes' reading ``order``,
+    `code_order`: `map_by_examples`); None when none applies:
     fewer model classes than user labels, nothing to decide by, or a few of a larger model's
     meaningful classes with no names' reading to price the map by (`examples_may_map`).
 
@@ -528,7 +698,7 @@ def choose_label_map(
         and labels is not None
         and examples_may_map(user_names, model_names, names_read=similarity is not None)
     ):
-        return map_by_examples(predicted, probs, labels, len(user_names), len(model_names), log_prior)
+        return map_by_examples(predicted, probs, labels, len(user_names), len(model_names), log_prior, order)
     return None
 
 
@@ -558,6 +728,9 @@ class Candidate:
     label_names: tuple[str, ...]
     aligned: bool = False
     """Its score compares it with the task's spec refitted under its own label names (`realignments`)."""
+    reading: bool = False
+    """For a realigned score: the names were a reading of the task's numbered codes
+    (`Realignment.reading`), so the learnware keeps its own score where that is higher."""
 
 
 @dataclass(frozen=True)
@@ -571,6 +744,10 @@ class Realignment:
     both_ways: bool
     """Two labels the names' meaning does not map: either alignment may hold, and as the other is
     the refitted spec negated, the score is the cosine's absolute value (`aligned_score`)."""
+    reading: bool = False
+    """The names as the task's numbered codes read them (`code_order`: its "3" named as the
+    learnwares' class 3), a guess no meaning backs: a learnware scored by it keeps its own score
+    where that is higher (`with_alignment`), so a wrong reading costs nothing."""
 
 
 def realignments(
@@ -584,15 +761,18 @@ def realignments(
     names, each with how many learnwares have them), when none of them answers the task's labels
     by name: for a label set the names' meaning maps the task's labels onto (`map_by_meaning`,
     given their ``similarity``), under the names of that map; for a two-class set it does not
-    map, under its own names both ways round; none for the rest. The most common label sets
-    first, at most ``limit`` (of the ``4 * limit`` most common read).
+    map, under its own names both ways round; for a set of as many classes that the task's
+    numbered codes read (`code_order`: "3" is its class 3), under its names in that order, as a
+    reading (`Realignment.reading`); none for the rest. The most common label sets first, at most
+    ``limit`` (of the ``4 * limit`` most common read).
 
     Why: the spec is fitted under the user's names, and the label-name head is most of what
     separates learnwares with as many classes (issue 15: the same examples under a spam filter's
     own names score 0.37 against it, −0.08 under other names). Refitted under a learnware's
     names, the task is compared with it as a user who names the classes as it does would be.
-    Codes ("0", "1") map nothing by meaning, so only two labels are realigned without it: more
-    labels have too many alignments to refit."""
+    Codes ("0", "1") map nothing by meaning, so more than two labels are realigned only as their
+    numbers read: the other alignments are too many to refit. That reading is no fact (a user may
+    number classes otherwise), which is why it can only raise a learnware's score."""
     if any(tier_of(user_names, names) == Tier.BY_NAME for names, _ in label_sets):
         return []
     counts: dict[frozenset[str], int] = {}
@@ -614,10 +794,13 @@ def realignments(
             if similarity is None or codes or labels_are_codes(names)
             else map_by_meaning(user_names, names, similarity(user_names, names))
         )
+        order = code_order(user_names, names) if len(names) == len(user_names) else None
         if by_meaning is not None:
             out.append(Realignment(key, tuple(names[j] for j in by_meaning.model_class), False))
         elif len(names) == len(user_names) == 2:
             out.append(Realignment(key, names, True))
+        elif order is not None:
+            out.append(Realignment(key, tuple(names[j] for j in order), False, reading=True))
         if len(out) == limit:
             break
     return out
@@ -632,10 +815,14 @@ def with_alignment(candidates: Sequence[Candidate], realigned: Sequence[Candidat
     """``candidates`` with the learnwares of the realigned label sets scored as ``realigned``
     scores them (`aligned_score` of their cosine with the task's spec refitted under their
     `Realignment`), marked `Candidate.aligned`. Learnwares found only by a realigned search are
-    added; a candidate the realigned searches did not return keeps its own score. Unsorted: the
-    caller orders them (`by_tier`)."""
+    added; a candidate the realigned searches did not return keeps its own score, and so does
+    one whose own score is higher than a reading's (`Candidate.reading`). Unsorted: the caller
+    orders them (`by_tier`)."""
     out = {c.id: c for c in candidates}
     for cand in realigned:
+        own = out.get(cand.id)
+        if cand.reading and own is not None and own.score >= cand.score:
+            continue
         out[cand.id] = replace(cand, aligned=True)
     return list(out.values())
 
@@ -738,6 +925,8 @@ class Ranked:
     aligned: bool = False
     """Its score compares it with the task's spec refitted under its own label names
     (`Candidate.aligned`)."""
+    reading: bool = False
+    """Those names in the order the task's numbered codes read (`Candidate.reading`)."""
 
     @property
     def checked(self) -> bool:
@@ -788,7 +977,15 @@ class Ranked:
             )
         parts.append(
             f"spec similarity {self.score:.3f}"
-            + (" (your task's spec refitted under its label names)" if self.aligned else "")
+            + (
+                (
+                    " (your task's spec refitted under its label names"
+                    + (", your codes read as its class numbers" if self.reading else "")
+                    + ")"
+                )
+                if self.aligned
+                else ""
+            )
         )
         return "; ".join(parts)
 
@@ -814,7 +1011,11 @@ def rank_for_task(
         label_map = maps.get(cand.id)
         if label_map is None and tier == Tier.BY_NAME:
             label_map = map_by_name(user_names, cand.label_names)
-        ranked.append(Ranked(cand.id, cand.score, tier, label_map, shots.get(cand.id), chance, cand.aligned))
+        ranked.append(
+            Ranked(
+                cand.id, cand.score, tier, label_map, shots.get(cand.id), chance, cand.aligned, cand.reading
+            )
+        )
 
     def group(r: Ranked) -> int:
         if r.tier == Tier.CANNOT:

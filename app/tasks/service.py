@@ -158,7 +158,9 @@ def find_candidates(
     candidates = with_alignment(
         candidates,
         [
-            Candidate(i, aligned_score(realignment, cosine), tuple(rows[i].label_names))
+            Candidate(
+                i, aligned_score(realignment, cosine), tuple(rows[i].label_names), reading=realignment.reading
+            )
             for i, (realignment, cosine) in aligned.items()
             if i in rows and label_set(rows[i].label_names) == realignment.label_set
         ],

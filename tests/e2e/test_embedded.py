@@ -13,7 +13,7 @@ import pytest
 from app.client import DockClient
 from app.ml.data import few_shot, load_task
 from app.ml.packages import extract_package
-from app.ml.ranking import map_by_examples, map_cost
+from app.ml.ranking import map_by_examples, map_cost, reading_nats
 from app.ml.runners import load_runner
 from tests.e2e.conftest import Proc, Processes, pavedock, start_embedded, wait_ready
 
@@ -61,12 +61,15 @@ def test_serve_runs_the_dock_on_one_machine(
     assert result.matches[0].shot_confidence == pytest.approx(float(np.mean(true_probs)), abs=1e-6)
     # The same examples with codes for label names: no learnware speaks them and codes carry no
     # meaning, so the check runs the one with as many classes (trec's) through the label map that
-    # fits the examples best, and says so.
+    # fits the examples best, weighed with the codes read as its class numbers, and says so.
     renamed = [str(i) for i in range(len(query.label_names))]
     with DockClient(url, user) as client:
         posted = client.task(query.texts, [int(y) for y in query.labels], renamed, top_k=2)
         top = client.wait_task(posted.task_id, timeout=300).matches[0]
-    label_map = map_by_examples(predicted, on_examples.probs, query.labels, len(renamed), len(renamed))
+    numbers = tuple(range(len(renamed)))
+    label_map = map_by_examples(
+        predicted, on_examples.probs, query.labels, len(renamed), len(renamed), order=numbers
+    )
     accuracy = float(np.mean(np.asarray(label_map.model_class)[query.labels] == predicted))
     assert top.learnware_id == ids["trec"] and top.labels_match is False and top.tier == "label-map"
     assert (
@@ -76,7 +79,9 @@ def test_serve_runs_the_dock_on_one_machine(
     assert top.label_map_how == "examples" and "your examples" in top.reason
     first_model_label, first_code = next(iter(top.label_map.items()))
     assert f"its {first_model_label!r} is your {first_code!r}" in top.reason  # the map, spelt out
-    assert top.shot_map_cost == pytest.approx(map_cost(len(renamed), len(renamed), len(query)))
+    assert "codes read as its class numbers" in top.reason
+    read = reading_nats(label_map.model_class, numbers, len(renamed))
+    assert top.shot_map_cost == pytest.approx(map_cost(len(renamed), len(renamed), len(query), read))
     assert top.shot_map_cost is not None and f"less {top.shot_map_cost:.2f} for the label map" in top.reason
     # Two labels that no learnware names: the task's spec is refitted under the two-class
     # learnware's own names (sst2's), and that learnware is scored under the alignment that fits:

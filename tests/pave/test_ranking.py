@@ -21,6 +21,7 @@ from app.ml.ranking import (
     check_on_examples,
     choose_checked,
     choose_label_map,
+    code_order,
     examples_may_map,
     held_out_score,
     labels_are_codes,
@@ -32,6 +33,7 @@ from app.ml.ranking import (
     names_map_nats,
     originals_first,
     rank_for_task,
+    reading_nats,
     realignments,
     shot_score,
     tier_of,
@@ -613,6 +615,14 @@ def test_a_task_no_learnware_names_is_realigned_to_their_label_sets() -> None:
     rare = [([f"a{i}", f"b{i}", f"c{i}"], 2) for i in range(4)] + [(["yes", "no"], 1)]
     assert realignments(["0", "1"], rare, _similarity, limit=1) == []
     assert [r.names for r in realignments(["0", "1"], rare, _similarity, limit=2)] == [("yes", "no")]
+    # Numbered codes of more than two labels: realigned as their numbers read, onto sets of as
+    # many classes only, marked as a reading; letters read no number.
+    plan = realignments(["3", "1", "0", "2"], sets, _similarity)
+    assert [(r.names, r.both_ways, r.reading) for r in plan] == [
+        (("sadness", "joy", "anger", "optimism"), False, True)
+    ]
+    assert plan[0].label_set == frozenset({"anger", "joy", "optimism", "sadness"})
+    assert realignments(["a", "b", "c", "d"], sets, _similarity) == []
 
 
 def test_a_realigned_learnware_is_scored_under_the_alignment_that_fits() -> None:
@@ -639,3 +649,129 @@ def test_a_realigned_learnware_is_scored_under_the_alignment_that_fits() -> None
         ranked[0].reason().endswith("spec similarity 0.410 (your task's spec refitted under its label names)")
     )
     assert ranked[2].reason().endswith("spec similarity 0.300")
+
+
+def test_numbered_codes_read_as_class_numbers() -> None:
+    """A dataset's class ids are positions in its list of classes, the order a model trained on it
+    keeps: "3" is its class 3, counted from 1 where the codes run to its class count; its own
+    numbered codes by number. Names, letters and numbers out of range read nothing."""
+    four = ["anger", "joy", "optimism", "sadness"]
+    assert code_order(["0", "1", "2", "3"], four) == (0, 1, 2, 3)
+    assert code_order(["LABEL_2", "label 0"], four) == (2, 0)  # a few of them
+    assert code_order(["1", "2", "3", "4"], four) == (0, 1, 2, 3)
+    assert code_order(["1", "2"], four) == (1, 2)  # within range: counted from 0
+    assert code_order(["class 7", "class 3"], ["LABEL_3", "LABEL_7", "LABEL_9"]) == (1, 0)
+    assert code_order(["0", "1"], ["LABEL_3", "LABEL_7"]) is None
+    assert code_order(["0", "5"], four) is None
+    assert code_order(["a", "b"], four) is None
+    assert code_order(["anger", "joy"], four) is None
+    assert code_order(["1", "01"], four) is None  # one number twice
+
+
+def test_a_map_told_as_exceptions_to_the_reading() -> None:
+    """How many labels leave their numbers, which, and where each goes."""
+    assert reading_nats((0, 1, 2), (0, 1, 2), 5) == pytest.approx(math.log(4))
+    assert reading_nats((0, 4, 2), (0, 1, 2), 5) == pytest.approx(math.log(4) + math.log(3) + math.log(4))
+    # Keeping 150 intents' numbers costs log 151 nats; any one map of them, log 150!.
+    assert reading_nats(tuple(range(150)), tuple(range(150)), 150) == pytest.approx(math.log(151))
+
+
+def _intents(
+    truth: np.ndarray, seen: np.ndarray, per_label: int, sure: float = 0.8
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A model of ``len(truth)`` intents that answers user label u as its class ``truth[u]`` with
+    probability ``sure``, on ``per_label`` examples of each label in ``seen``."""
+    n = len(truth)
+    labels = np.repeat(seen, per_label)
+    probs = np.full((len(labels), n), (1.0 - sure) / (n - 1))
+    probs[np.arange(len(labels)), truth[labels]] = sure
+    return probs.argmax(axis=1), probs, labels
+
+
+def test_the_codes_reading_places_labels_the_examples_cannot() -> None:
+    """Twenty intents named "0" … "19" in the model's own order, with one example of each of
+    eight: the examples alone cannot say where the other twelve go; the numbers place them, and
+    the match pays little for its map and says how it was chosen."""
+    n, user = 20, [str(i) for i in range(20)]
+    model = [f"intent {i}" for i in range(20)]
+    seen = np.array([0, 2, 3, 7, 9, 11, 15, 18])
+    predicted, probs, labels = _intents(np.arange(n), seen, 1)
+    alone = map_by_examples(predicted, probs, labels, n, n)
+    assert alone.numbers_follow is None
+    checked = check_on_examples(user, model, predicted, probs, labels, similarity=None, temperature=0.05)
+    assert checked is not None
+    label_map, score = checked
+    assert label_map.model_class == tuple(range(n)) and label_map.how == "examples"
+    assert label_map.numbers_follow == n and label_map.numbers_hold
+    # Held out, each example's label has no other: only the numbers place it, and they are right.
+    assert score.accuracy == 1.0
+    assert score.map_cost == pytest.approx((math.log(n + 1) + math.log(2)) / len(labels))
+    uniform = held_out_score(predicted, probs, labels, alone)
+    assert uniform.map_cost == pytest.approx(map_cost(n, n, len(labels)))
+    saved = math.lgamma(n + 1) - math.log(n + 1) - math.log(2)  # log 20! nats, against log 21 and a bit
+    assert score.score - uniform.score == pytest.approx(saved / len(labels))
+    text = label_map.describe(user, model)
+    assert "weighed with your codes read as its class numbers" in text
+    assert "20 of your 20 labels are where their numbers put them" in text
+    with pytest.raises(ValueError, match="codes' reading"):
+        map_by_examples(predicted, probs, labels, n, n, order=(0,) * n)
+
+
+def test_examples_overrule_the_reading_label_by_label_or_drop_it() -> None:
+    """Where a sure model answers one label as another class on each of its examples, that label
+    leaves its number and the rest keep theirs. Codes numbered some other way (shifted round by
+    five) are no reading at all: the examples' own map stands, priced as any map."""
+    n, user = 20, [str(i) for i in range(20)]
+    model = [f"intent {i}" for i in range(20)]
+    seen = np.arange(0, 20, 2)
+    truth = np.arange(n)
+    truth[[4, 5]] = [5, 4]  # the model's class 5 answers the user's "4"
+    predicted, probs, labels = _intents(truth, seen, 3)
+    checked = check_on_examples(user, model, predicted, probs, labels, similarity=None, temperature=0.05)
+    assert checked is not None
+    label_map, score = checked
+    assert label_map.numbers_hold and label_map.model_class[4] == 5 and label_map.model_class[5] == 4
+    assert label_map.model_class[:4] == (0, 1, 2, 3) and label_map.model_class[6:] == tuple(range(6, n))
+    assert label_map.numbers_follow == n - 2
+    exceptions = math.log(n + 1) + math.log(n) + math.log(n - 1) + math.log(n - 1) * 2 - math.log(2)
+    assert score.map_cost == pytest.approx((exceptions + math.log(2)) / len(labels))
+    shifted = (np.arange(n) + 5) % n
+    predicted, probs, labels = _intents(shifted, seen, 3)
+    checked = check_on_examples(user, model, predicted, probs, labels, similarity=None, temperature=0.05)
+    assert checked is not None
+    label_map, score = checked
+    assert not label_map.numbers_hold
+    assert all(label_map.model_class[u] == shifted[u] for u in seen)  # the examples place what they see
+    assert score.accuracy == 1.0  # three examples a label: the other two place the held-out one
+    assert score.map_cost == pytest.approx((math.lgamma(n + 1) + math.log(2)) / len(labels))
+    assert "your examples do not bear that numbering out" in label_map.describe(user, model)
+    # Two labels: the numbers say nothing either code can use; an inverted classifier is mapped
+    # the other way round, as before.
+    binary = np.repeat([0, 1], 8)
+    flipped = check_on_examples(
+        ["0", "1"], ["ham", "spam"], 1 - binary, None, binary, similarity=None, temperature=0.05
+    )
+    assert flipped is not None and flipped[0].model_class == (1, 0) and flipped[1].accuracy == 1.0
+
+
+def test_a_reading_can_only_raise_a_learnware_s_score() -> None:
+    """Scored under the codes' reading, a learnware keeps its own cosine where that is higher (the
+    user may number classes otherwise), and says which it was scored by."""
+    four = ("anger", "joy", "optimism", "sadness")
+    own = [Candidate(1, 0.10, four), Candidate(2, 0.05, four)]
+    realigned = [Candidate(1, 0.02, four, reading=True), Candidate(2, 0.40, four, reading=True)]
+    scored = {c.id: c for c in with_alignment(own, realigned)}
+    assert scored[1] == own[0] and not scored[1].aligned
+    assert scored[2].score == pytest.approx(0.40) and scored[2].aligned and scored[2].reading
+    codes = ["0", "1", "2", "3"]
+    ranked = rank_for_task(by_tier(list(scored.values()), codes), codes)
+    assert [r.id for r in ranked] == [2, 1]
+    assert (
+        ranked[0]
+        .reason()
+        .endswith(
+            "spec similarity 0.400 (your task's spec refitted under its label names, your codes read as "
+            "its class numbers)"
+        )
+    )
+    assert ranked[1].reason().endswith("spec similarity 0.100")

@@ -129,3 +129,13 @@ def test_a_learnware_the_dock_would_refuse_is_left_out_of_the_market(
     assert "predicts a single class" in market.refused[0]["reason"]
     metrics = _user_metrics(market, "sst2", [Match(0, 0.9), Match(1, 0.1)])
     assert np.isnan(metrics["quality_filter"]) and metrics["hit_at1"] == 1.0
+
+
+def test_a_run_of_some_kinds_names_known_ones(tmp_path: Path) -> None:
+    """`--kind` keeps some kinds of user task (a cheaper run for a rule that touches only them);
+    a misspelt kind is refused before anything is built."""
+    with pytest.raises(ValueError, match=r"unknown kinds \['code'\]"):
+        run_identification_benchmark(
+            "smoke", tmp_path / "out.json", tmp_path, tmp_path / "cache", only_kinds=("codes", "code")
+        )
+    assert not (tmp_path / "cache").exists()

@@ -47,6 +47,7 @@ from typing import Literal
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
+from scipy.special import logsumexp
 
 SHOT_CHECK_K = 5
 """How many candidates the shot check runs on the user's examples when some learnware answers the
@@ -367,13 +368,13 @@ def map_by_examples(
         if prior.shape != (n_user, n_model):
             raise ValueError(f"names' reading of shape {prior.shape} for {n_user}×{n_model} labels")
         gain += prior
-    best, _ = _assignment(gain)
     if order is not None:
-        return _against_reading(gain, best, order, n_model)
+        return _against_reading(gain, np.unique(labels), order, n_model)
+    best, _ = _assignment(gain)
     return LabelMap(tuple(int(j) for j in best), "examples", n_model, names_weighed=log_prior is not None)
 
 
-def _against_reading(gain: np.ndarray, free: np.ndarray, order: Sequence[int], n_model: int) -> LabelMap:
+def _against_reading(gain: np.ndarray, seen: np.ndarray, order: Sequence[int], n_model: int) -> LabelMap:
     """`map_by_examples` where the codes read ``order``: each label with examples keeps its
     number unless they place it elsewhere by more than what leaving costs.
 
@@ -384,14 +385,14 @@ def _against_reading(gain: np.ndarray, free: np.ndarray, order: Sequence[int], n
     fitting ε (½ log of the label count), than a map drawn at random does, and most labels keep
     their numbers (ε < ½: that "not its number" is likelier is no reading). Where it holds, each
     label pays log((1 − ε)(n_model − 1) / ε) to leave its number, and labels without examples
-    keep theirs; where it does not, the examples' own best map (``free``) stands, and labels
-    without examples sit on their numbers only where nothing else wants those classes."""
+    keep theirs; where it does not, the examples' own best map stands, and labels without
+    examples (those not in ``seen``) sit on their numbers only where nothing else wants those
+    classes."""
     n_user = gain.shape[0]
     read = np.asarray(order, dtype=np.int64)
     if read.shape != (n_user,) or len(set(read.tolist())) < n_user or int(read.max()) >= n_model:
         raise ValueError(f"codes' reading {tuple(read.tolist())} for {n_user}×{n_model} labels")
     rows = np.arange(n_user)
-    seen = np.flatnonzero(np.any(gain != 0.0, axis=1))
     tie_break = np.zeros_like(gain)
     tie_break[rows, read] = 1e-6
     holds, keep = False, 0.0
@@ -399,30 +400,16 @@ def _against_reading(gain: np.ndarray, free: np.ndarray, order: Sequence[int], n
         kept = gain[seen, read[seen]]
         others = gain[seen].copy()
         others[np.arange(len(seen)), read[seen]] = -np.inf
-        elsewhere = _logsumexp(others) - math.log(n_model - 1)  # the mean likelihood of the others
-        anywhere = _logsumexp(gain[seen]) - math.log(n_model)
-        eps = 0.5
-        smallest = 1.0 / (2 * len(seen) + 2)
-        for _ in range(100):
-            stay = np.log1p(-eps) + kept
-            leave = math.log(eps) + elsewhere
-            left = float(np.mean(np.exp(leave - np.logaddexp(stay, leave))))
-            left = min(max(left, smallest), 1.0 - smallest)
-            if abs(left - eps) < 1e-6:
-                eps = left
-                break
-            eps = left
+        elsewhere = logsumexp(others, axis=1) - math.log(n_model - 1)  # the others' mean likelihood
+        anywhere = float((logsumexp(gain[seen], axis=1) - math.log(n_model)).sum())
+        eps = _leaving_share(kept, elsewhere)
         mixture = float(np.logaddexp(np.log1p(-eps) + kept, math.log(eps) + elsewhere).sum())
-        holds = eps < 0.5 and mixture - 0.5 * math.log(len(seen)) > float(anywhere.sum())
+        holds = eps < 0.5 and mixture - 0.5 * math.log(len(seen)) > anywhere
         keep = max(0.0, math.log((1.0 - eps) * (n_model - 1) / eps))
+    paid = gain + tie_break
     if holds:
-        paid = gain + tie_break
         paid[rows, read] += keep
-        best, _ = _assignment(paid)
-    else:
-        best, _ = _assignment(gain + tie_break)
-        if float(gain[rows, best].sum()) < float(gain[rows, free].sum()) - 1e-3:
-            best = free
+    best, _ = _assignment(paid)
     return LabelMap(
         tuple(int(j) for j in best),
         "examples",
@@ -432,11 +419,20 @@ def _against_reading(gain: np.ndarray, free: np.ndarray, order: Sequence[int], n
     )
 
 
-def _logsumexp(x: np.ndarray) -> np.ndarray:
-    """log Σ exp over each row, safe for rows of −∞ and large values."""
-    top = np.max(x, axis=1)
-    top = np.where(np.isfinite(top), top, 0.0)
-    return top + np.log(np.exp(x - top[:, None]).sum(axis=1))
+def _leaving_share(kept: np.ndarray, elsewhere: np.ndarray, rounds: int = 100) -> float:
+    """EM for the share ε of labels that leave their numbers, given each label's log-likelihood
+    under its read class (``kept``) and its mean under the others (``elsewhere``); kept within
+    1 / (2 × labels + 2) of 0 and 1, so neither reading is ever certain."""
+    bound = 1.0 / (2 * len(kept) + 2)
+    eps = 0.5
+    for _ in range(rounds):
+        leave = math.log(eps) + elsewhere
+        share = float(np.mean(np.exp(leave - np.logaddexp(np.log1p(-eps) + kept, leave))))
+        share = min(max(share, bound), 1.0 - bound)
+        if abs(share - eps) < 1e-6:
+            return share
+        eps = share
+    return eps
 
 
 def answers(

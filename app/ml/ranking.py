@@ -726,7 +726,7 @@ class Candidate:
     """Its score compares it with the task's spec refitted under its own label names (`realignments`)."""
     reading: bool = False
     """For a realigned score: the names were a reading of the task's numbered codes
-    (`Realignment.reading`), so the learnware keeps its own score where that is higher."""
+    (`Realignment.reading`): it counts only where it stands above every own score (`with_alignment`)."""
 
 
 @dataclass(frozen=True)
@@ -742,8 +742,8 @@ class Realignment:
     the refitted spec negated, the score is the cosine's absolute value (`aligned_score`)."""
     reading: bool = False
     """The names as the task's numbered codes read them (`code_order`: its "3" named as the
-    learnwares' class 3), a guess no meaning backs: a learnware scored by it keeps its own score
-    where that is higher (`with_alignment`), so a wrong reading costs nothing."""
+    learnwares' class 3), a guess no meaning backs: it counts only where it lifts a learnware
+    above every candidate's own score (`with_alignment`)."""
 
 
 def realignments(
@@ -768,7 +768,7 @@ def realignments(
     names, the task is compared with it as a user who names the classes as it does would be.
     Codes ("0", "1") map nothing by meaning, so more than two labels are realigned only as their
     numbers read: the other alignments are too many to refit. That reading is no fact (a user may
-    number classes otherwise), which is why it can only raise a learnware's score."""
+    number classes otherwise), which is why it counts only where it stands out (`with_alignment`)."""
     if any(tier_of(user_names, names) == Tier.BY_NAME for names, _ in label_sets):
         return []
     counts: dict[frozenset[str], int] = {}
@@ -811,13 +811,19 @@ def with_alignment(candidates: Sequence[Candidate], realigned: Sequence[Candidat
     """``candidates`` with the learnwares of the realigned label sets scored as ``realigned``
     scores them (`aligned_score` of their cosine with the task's spec refitted under their
     `Realignment`), marked `Candidate.aligned`. Learnwares found only by a realigned search are
-    added; a candidate the realigned searches did not return keeps its own score, and so does
-    one whose own score is higher than a reading's (`Candidate.reading`). Unsorted: the caller
-    orders them (`by_tier`)."""
+    added; a candidate the realigned searches did not return keeps its own score.
+
+    A reading of numbered codes (`Candidate.reading`) counts only where it lifts a learnware above
+    every candidate's own score. A right reading mostly does (its cosine was 0.07–0.57 for all but
+    one of the benchmark's coded users it served, their own cosines near 0); a wrong one is one
+    more draw of noise, and the higher of two draws lifted other tasks' learnwares into the shot
+    check in place of the user's own (codes numbered otherwise than the task,
+    docs/benchmarks/identification.md).
+    Unsorted: the caller orders them (`by_tier`)."""
     out = {c.id: c for c in candidates}
+    top_own = max((c.score for c in candidates), default=-math.inf)
     for cand in realigned:
-        own = out.get(cand.id)
-        if cand.reading and own is not None and own.score >= cand.score:
+        if cand.reading and cand.score <= top_own:
             continue
         out[cand.id] = replace(cand, aligned=True)
     return list(out.values())

@@ -754,18 +754,23 @@ def test_examples_overrule_the_reading_label_by_label_or_drop_it() -> None:
     assert flipped is not None and flipped[0].model_class == (1, 0) and flipped[1].accuracy == 1.0
 
 
-def test_a_reading_can_only_raise_a_learnware_s_score() -> None:
-    """Scored under the codes' reading, a learnware keeps its own cosine where that is higher (the
-    user may number classes otherwise), and says which it was scored by."""
+def test_a_reading_counts_only_where_it_stands_out() -> None:
+    """Scored under the codes' reading, a learnware takes that score only where it is above every
+    candidate's own (the user may number classes otherwise: a wrong reading is one more draw of
+    noise), and says which it was scored by."""
     four = ("anger", "joy", "optimism", "sadness")
-    own = [Candidate(1, 0.10, four), Candidate(2, 0.05, four)]
-    realigned = [Candidate(1, 0.02, four, reading=True), Candidate(2, 0.40, four, reading=True)]
+    own = [Candidate(1, 0.10, four), Candidate(2, 0.05, four), Candidate(3, 0.03, four)]
+    realigned = [
+        Candidate(1, 0.02, four, reading=True),  # lower than its own: its own stands
+        Candidate(2, 0.08, four, reading=True),  # higher than its own, not than the best own score
+        Candidate(3, 0.40, four, reading=True),  # above every own score: the reading counts
+    ]
     scored = {c.id: c for c in with_alignment(own, realigned)}
-    assert scored[1] == own[0] and not scored[1].aligned
-    assert scored[2].score == pytest.approx(0.40) and scored[2].aligned and scored[2].reading
+    assert scored[1] == own[0] and scored[2] == own[1]
+    assert scored[3].score == pytest.approx(0.40) and scored[3].aligned and scored[3].reading
     codes = ["0", "1", "2", "3"]
     ranked = rank_for_task(by_tier(list(scored.values()), codes), codes)
-    assert [r.id for r in ranked] == [2, 1]
+    assert [r.id for r in ranked] == [3, 1, 2]
     assert (
         ranked[0]
         .reason()

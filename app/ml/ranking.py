@@ -209,8 +209,9 @@ class LabelMap:
     numbers (`code_order`): how many of the user's labels it keeps where the numbers put them;
     None where the codes read no map."""
     numbers_hold: bool = False
-    """Whether that reading named the map more shortly than the uniform code (`reading_nats`):
-    the examples bear the numbering out; otherwise they do not, and it is only a tie-break."""
+    """Whether the examples bear that reading out (most labels with examples keep their numbers,
+    and the reading explains the examples better than a random map: `map_by_examples`); otherwise
+    it only places labels without examples where nothing else wants their classes."""
 
     @property
     def restricted(self) -> bool:
@@ -345,15 +346,13 @@ def map_by_examples(
     examples: it is chosen on the examples it is then scored on (`held_out_score`).
 
     Where the user's numbered codes read a map (``order``, `code_order`: "3" is the model's
-    class 3), the map is named in whichever of two codes is shorter: the uniform one, or as
-    exceptions to that reading (`reading_nats`). So a label with no example keeps its number
-    (64 examples leave most of 150 intents without one, and nothing else can place them), and
-    each label the examples place elsewhere pays for leaving it, which a confident example does
-    and a lucky one does not. Where most labels leave it, the reading costs more than it saves
-    and the examples' own best map is kept. The exceptions' price is concave in their count, so
-    the map is found by a few Hungarian passes, each paying a label to keep its number what one
-    more exception would cost at the last pass's count, and the shortest code is kept. Binary
-    codes gain nothing: both maps of two labels cost as much under either code."""
+    class 3) and the examples bear it out, each label keeps its number unless its examples place
+    it elsewhere by more than leaving costs, and a label with no example keeps its number (64
+    examples leave most of 150 intents without one, and nothing else can place them); where most
+    labels leave it, the examples' own best map stands (`_against_reading`). Such a map is priced
+    by the shorter of the uniform code and the map told as exceptions to the reading
+    (`reading_nats`, `held_out_score`); for two labels the reading is never the cheaper code
+    (log 3 against log 2), so it lowers no binary map's price."""
     labels = np.asarray(labels, dtype=np.int64)
     predicted = np.asarray(predicted, dtype=np.int64)
     if probs is None:

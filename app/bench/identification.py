@@ -604,6 +604,10 @@ def run_identification_benchmark(
             "realign_seconds_median": percentile([s for _, s in realign_seconds], 50)
             if realign_seconds
             else 0.0,
+            "realign_seconds_p95": percentile([s for _, s in realign_seconds], 95)
+            if realign_seconds
+            else 0.0,
+            "realign_sets_max": max((n for n, _ in realign_seconds), default=0),
             "search_seconds_median": percentile(search_seconds, 50),
             "spec_floats": space.dim,
             "base_params": space.encoder.num_parameters(),
@@ -925,7 +929,12 @@ def render_markdown(result: dict[str, Any]) -> str:
         + (
             f" Users no learnware answers by name ({s['realigned_users']}, as the service ranks): "
             f"their spec refitted under a median of {s['realign_sets_median']:.0f} learnwares' "
-            f"label sets in a median {s['realign_seconds_median']:.3f} s more."
+            f"label sets in a median {s['realign_seconds_median']:.3f} s more"
+            + (
+                f" (p95 {s['realign_seconds_p95']:.3f} s, at most {s['realign_sets_max']} refits)."
+                if "realign_seconds_p95" in s
+                else "."
+            )
             if s.get("realigned_users")
             else ""
         ),

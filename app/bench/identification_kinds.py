@@ -44,6 +44,7 @@ from app.ml.ranking import (
     Candidate,
     LabelMap,
     Ranked,
+    Realignment,
     ShotScore,
     Tier,
     aligned_score,
@@ -60,6 +61,7 @@ from app.ml.ranking import (
     realignments,
     tier_of,
     with_alignment,
+    with_searched,
 )
 
 if TYPE_CHECKING:
@@ -253,7 +255,9 @@ def service_ranking(
         for m in rank_specs(user_spec, pool)
     ]
     if not user.spec_only:  # a spec-only user's examples never reach the dock: nothing to refit
-        found = with_alignment(found, realigned_candidates(market, user, pool, space, realign_seconds))
+        found = with_alignment(
+            found, realigned_candidates(market, user, user_spec, pool, space, realign_seconds)
+        )
     candidates = originals_first(by_tier(found, names), names, pool)
     maps: dict[int, LabelMap | None] = {}
     shots: dict[int, ShotScore | None] = {}
@@ -284,17 +288,20 @@ def service_ranking(
 def realigned_candidates(
     market: Market,
     user: User,
+    user_spec: np.ndarray,
     pool: dict[int, np.ndarray],
     space: SpecSpace,
     seconds: list[tuple[int, float]] | None = None,
 ) -> list[Candidate]:
     """The learnwares of the label sets `realignments` plans for this user, each scored by its
     cosine with the user's spec refitted under the planned names (`aligned_score`), as the
-    service's `find_candidates` scores them (exactly, over the whole set: the market is small)."""
+    service's `find_candidates` scores them (exactly, over the whole set: the market is small).
+    A reading of numbered codes is searched as the service searches it (`with_searched`): the
+    learnwares of its label set closest to the user's own spec ``user_spec`` first."""
     from collections import Counter
 
     from app.ml.identify import rank_specs
-    from app.ml.pave import fit_realigned_specs, realignable
+    from app.ml.pave import alignment_gains, fit_realigned_specs, realignable
 
     if not realignable(space.config.recipe):
         return []
@@ -305,18 +312,36 @@ def realigned_candidates(
     if not plan:
         return []
     started = time.perf_counter()
+
+    def members_of(reading: Realignment) -> list[tuple[int, np.ndarray, list[str]]]:
+        of_set = {lw.id: pool[lw.id] for lw in members if label_set(lw.label_names) == reading.label_set}
+        return [
+            (m.id, of_set[m.id], market.learnwares[m.id].label_names) for m in rank_specs(user_spec, of_set)
+        ]
+
+    plan = with_searched(
+        plan,
+        members_of,
+        lambda chosen: alignment_gains(space, user.shots.texts, user.shots.labels, len(names), chosen),
+    )
     vectors = fit_realigned_specs(space, user.shots.texts, user.shots.labels, [r.names for r in plan])
     if seconds is not None:
         seconds.append((len(plan), time.perf_counter() - started))
     out: list[Candidate] = []
     for realignment, vector in zip(plan, vectors, strict=True):
-        of_set = {lw.id: pool[lw.id] for lw in members if label_set(lw.label_names) == realignment.label_set}
+        of_set = {
+            lw.id: pool[lw.id]
+            for lw in members
+            if label_set(lw.label_names) == realignment.label_set
+            and (realignment.learnwares is None or lw.id in realignment.learnwares)
+        }
         out += [
             Candidate(
                 m.id,
                 aligned_score(realignment, m.score),
                 tuple(market.learnwares[m.id].label_names),
                 reading=realignment.reading,
+                searched=realignment.learnwares is not None,
             )
             for m in rank_specs(vector, of_set)
         ]

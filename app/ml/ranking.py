@@ -91,6 +91,12 @@ ALIGN_MAX_LABEL_SETS = 16
 the most common first: each costs the user's fit one more backward pass (a cost cap, not a choice
 on any benchmark)."""
 
+ALIGN_MAX_SEARCHED = 16
+"""At most this many learnwares a coded task's classes are aligned with by their specs
+(`searched_realignments`), the closest by the task's own spec first: each costs one forward pass
+of the user's examples, and each alignment found one more backward pass (a cost cap, not a choice
+on any benchmark)."""
+
 MAP_PAIRS_SHOWN = 6
 """How many of a label map's pairs a match's reason spells out (the full map is in `label_map`)."""
 
@@ -726,6 +732,8 @@ class Candidate:
     reading: bool = False
     """For a realigned score: the names were a reading of the task's numbered codes
     (`Realignment.reading`): it counts only where it stands above every own score (`with_alignment`)."""
+    searched: bool = False
+    """That reading was the alignment its own spec agrees with most (`searched_realignments`)."""
 
 
 @dataclass(frozen=True)
@@ -743,6 +751,9 @@ class Realignment:
     """The names as the task's numbered codes read them (`code_order`: its "3" named as the
     learnwares' class 3), a guess no meaning backs: it counts only where it lifts a learnware
     above every candidate's own score (`with_alignment`)."""
+    learnwares: frozenset[int] | None = None
+    """Where set, the alignment was searched for these learnwares (`searched_realignments`) and
+    scores only them; otherwise it scores every learnware of ``label_set``."""
 
 
 def realignments(
@@ -798,6 +809,66 @@ def realignments(
             out.append(Realignment(key, tuple(names[j] for j in order), False, reading=True))
         if len(out) == limit:
             break
+    return out
+
+
+def best_alignment(gain: np.ndarray) -> tuple[int, ...]:
+    """The learnware's class for each of the task's classes that maximises the total ``gain``
+    (`pave.alignment_gains`; rows the task's classes, columns the learnware's), one class each."""
+    gain = np.asarray(gain, dtype=np.float64)
+    if gain.ndim != 2 or gain.shape[0] > gain.shape[1]:
+        raise ValueError(
+            f"gains of shape {gain.shape}: need a row per task class, at most as many as columns"
+        )
+    rows, cols = linear_sum_assignment(-gain)
+    out = np.empty(gain.shape[0], dtype=np.int64)
+    out[rows] = cols
+    return tuple(int(c) for c in out)
+
+
+def searched_realignments(
+    reading: Realignment, members: Sequence[tuple[int, Sequence[str]]], gains: Sequence[np.ndarray]
+) -> list[Realignment]:
+    """A coded task's classes aligned with each learnware of ``reading``'s label set by the
+    learnware's own spec: ``members`` are (id, label names), ``gains`` their `pave.alignment_gains`.
+    The learnwares whose best alignment (`best_alignment`) names the task's classes alike share one
+    refit. The numbers' reading (`code_order`) is one alignment of many; the user's codes may
+    follow another numbering, and then the reading compares the task with the learnware under
+    the wrong names, which is noise. A guess all the same (the best of many alignments fits any
+    spec a little), so it counts only where it stands out, as the reading did (`with_alignment`)."""
+    groups: dict[tuple[str, ...], set[int]] = {}
+    for (lw_id, names), gain in zip(members, gains, strict=True):
+        if label_set(names) != reading.label_set:
+            raise ValueError(f"learnware {lw_id}'s labels are not the label set of the reading")
+        key = tuple(names[j] for j in best_alignment(gain))
+        groups.setdefault(key, set()).add(lw_id)
+    return [
+        Realignment(reading.label_set, names, False, reading=True, learnwares=frozenset(ids))
+        for names, ids in groups.items()
+    ]
+
+
+def with_searched(
+    plan: Sequence[Realignment],
+    members_of: Callable[[Realignment], Sequence[tuple[int, np.ndarray, Sequence[str]]]],
+    gains_of: Callable[[Sequence[tuple[np.ndarray, Sequence[str]]]], Sequence[np.ndarray]],
+    limit: int = ALIGN_MAX_SEARCHED,
+) -> list[Realignment]:
+    """``plan`` (`realignments`) with each reading of numbered codes replaced by the alignments
+    its learnwares' own specs agree with most (`searched_realignments`): ``members_of`` gives a
+    reading's learnwares (id, spec vector, label names), the closest to the task's own spec first;
+    ``gains_of`` their `pave.alignment_gains`. At most ``limit`` learnwares in all; a reading
+    past that stays as it was."""
+    out = [r for r in plan if not r.reading]
+    left = limit
+    for realignment in (r for r in plan if r.reading):
+        members = list(members_of(realignment))[:left] if left > 0 else []
+        if not members:
+            out.append(realignment)
+            continue
+        left -= len(members)
+        gains = gains_of([(vector, names) for _, vector, names in members])
+        out += searched_realignments(realignment, [(i, names) for i, _, names in members], gains)
     return out
 
 
@@ -928,6 +999,8 @@ class Ranked:
     (`Candidate.aligned`)."""
     reading: bool = False
     """Those names in the order the task's numbered codes read (`Candidate.reading`)."""
+    searched: bool = False
+    """That order the one its spec agrees with most (`Candidate.searched`)."""
 
     @property
     def checked(self) -> bool:
@@ -981,7 +1054,13 @@ class Ranked:
             + (
                 (
                     " (your task's spec refitted under its label names"
-                    + (", your codes read as its class numbers" if self.reading else "")
+                    + (
+                        ", your codes aligned with its classes as its spec agrees most"
+                        if self.searched
+                        else ", your codes read as its class numbers"
+                        if self.reading
+                        else ""
+                    )
                     + ")"
                 )
                 if self.aligned
@@ -1014,7 +1093,15 @@ def rank_for_task(
             label_map = map_by_name(user_names, cand.label_names)
         ranked.append(
             Ranked(
-                cand.id, cand.score, tier, label_map, shots.get(cand.id), chance, cand.aligned, cand.reading
+                cand.id,
+                cand.score,
+                tier,
+                label_map,
+                shots.get(cand.id),
+                chance,
+                cand.aligned,
+                cand.reading,
+                cand.searched,
             )
         )
 

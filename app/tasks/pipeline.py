@@ -18,7 +18,15 @@ from app.jobs.runner import JobContext
 from app.learnwares import repository as learnwares
 from app.learnwares.service import spec_row
 from app.ml.binary_index import encoding_of_config
-from app.ml.ranking import Realignment, check_count, rank_for_task, realignments
+from app.ml.ranking import (
+    ALIGN_MAX_SEARCHED,
+    Realignment,
+    check_count,
+    label_set,
+    rank_for_task,
+    realignments,
+    with_searched,
+)
 from app.tasks.service import find_candidates, present, rank
 from app.tasks.shot_check import shot_check
 
@@ -58,7 +66,7 @@ def fit_and_identify(ctx: JobContext) -> None:
         space, texts, labels, label_names, kind="task", progress=ctx.scaled(0.1, 0.8, "fitting the task spec")
     )
     ctx.log(f"fitted the task spec on {len(texts)} examples in {spec.meta['seconds']} s")
-    realigned = _realigned(ctx, space, space_id, texts, labels, label_names)
+    realigned = _realigned(ctx, space, space_id, spec.vector, texts, labels, label_names)
     ctx.progress(0.85, "ranking learnwares", force=True)
     settings = ctx.runtime.settings
     widest = max(settings.shot_check_k, settings.shot_check_k_unnamed) if settings.shot_check_k else 0
@@ -95,13 +103,16 @@ def _realigned(
     ctx: JobContext,
     space: SpecSpace,
     space_id: str,
+    vector: np.ndarray,
     texts: list[str],
     labels: np.ndarray,
     label_names: list[str],
 ) -> list[tuple[Realignment, np.ndarray]]:
     """The task's spec refitted under the learnwares' own label names where none answers the
-    task's labels by name (`realignments`), while the job still holds the examples."""
-    from app.ml.pave import fit_realigned_specs, realignable
+    task's labels by name (`realignments`), while the job still holds the examples. A reading of
+    numbered codes is replaced by the alignments the label set's learnwares closest to the task's
+    own spec ``vector`` agree with most (`with_searched`)."""
+    from app.ml.pave import alignment_gains, fit_realigned_specs, realignable
 
     if not realignable(space.config.recipe):
         return []
@@ -111,12 +122,31 @@ def _realigned(
         return []
     ctx.progress(0.8, f"refitting the task spec under {len(plan)} learnwares' label names", force=True)
     started = time.perf_counter()
+    if any(r.reading for r in plan):
+        with ctx.runtime.db.session() as session:
+            plan = with_searched(
+                plan,
+                lambda reading: _of_label_set(session, ctx, space_id, vector, reading),
+                lambda chosen: alignment_gains(space, texts, labels, len(label_names), chosen),
+            )
     vectors = fit_realigned_specs(space, texts, labels, [r.names for r in plan])
     ctx.log(
         f"no learnware answers your labels by name: the task spec refitted under {len(plan)} of their "
         f"label sets in {time.perf_counter() - started:.2f} s"
     )
     return list(zip(plan, vectors, strict=True))
+
+
+def _of_label_set(
+    session: Session, ctx: JobContext, space_id: str, vector: np.ndarray, reading: Realignment
+) -> list[tuple[int, np.ndarray, list[str]]]:
+    """The ready learnwares of ``reading``'s label set closest to the task's own spec ``vector``,
+    at most `ALIGN_MAX_SEARCHED`: (id, spec vector, label names)."""
+    found, _ = ctx.runtime.indexes.search(space_id, vector, ALIGN_MAX_SEARCHED, label_names=reading.names)
+    rows = learnwares.ready_by_ids(session, [m.id for m in found])
+    ids = [m.id for m in found if m.id in rows and label_set(rows[m.id].label_names) == reading.label_set]
+    vectors = learnwares.spec_vectors(session, ids)
+    return [(i, vectors[i], list(rows[i].label_names)) for i in ids if i in vectors]
 
 
 def identify(ctx: JobContext) -> None:

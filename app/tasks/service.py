@@ -145,7 +145,18 @@ def find_candidates(
     are scored by it (`aligned_score`, `with_alignment`)."""
     found, version = runtime.indexes.search(space_id, vector, k, label_names=label_names)
     aligned: dict[int, tuple[Realignment, float]] = {}
+    searched = learnwares.spec_vectors(
+        session, sorted({i for r, _ in realigned if r.learnwares is not None for i in r.learnwares})
+    )
     for realignment, refitted in realigned:
+        if realignment.learnwares is not None:  # aligned for these learnwares: score them alone
+            unit = refitted / np.linalg.norm(refitted)
+            aligned.update(
+                (i, (realignment, float(unit @ searched[i]) / float(np.linalg.norm(searched[i]))))
+                for i in realignment.learnwares
+                if i in searched
+            )
+            continue
         for sign in (1.0, -1.0) if realignment.both_ways else (1.0,):
             matches, _ = runtime.indexes.search(space_id, sign * refitted, k, label_names=realignment.names)
             # The cosine with the refitted spec itself, whichever way round found it.
@@ -159,7 +170,11 @@ def find_candidates(
         candidates,
         [
             Candidate(
-                i, aligned_score(realignment, cosine), tuple(rows[i].label_names), reading=realignment.reading
+                i,
+                aligned_score(realignment, cosine),
+                tuple(rows[i].label_names),
+                reading=realignment.reading,
+                searched=realignment.learnwares is not None,
             )
             for i, (realignment, cosine) in aligned.items()
             if i in rows and label_set(rows[i].label_names) == realignment.label_set

@@ -83,6 +83,15 @@ def test_serve_runs_the_dock_on_one_machine(
     read = reading_nats(label_map.model_class, numbers, len(renamed))
     assert top.shot_map_cost == pytest.approx(map_cost(len(renamed), len(renamed), len(query), read))
     assert top.shot_map_cost is not None and f"less {top.shot_map_cost:.2f} for the label map" in top.reason
+    # Codes numbered otherwise than trec numbers its classes (each shifted round by one): the
+    # task's spec is aligned with trec's classes as trec's own spec agrees most, and compared
+    # with it under that alignment, not under the numbers.
+    shifted = [(int(y) + 1) % len(renamed) for y in query.labels]
+    with DockClient(url, user) as client:
+        posted = client.task(query.texts, shifted, renamed, top_k=2)
+        other_numbers = client.wait_task(posted.task_id, timeout=300).matches[0]
+    assert other_numbers.learnware_id == ids["trec"] and other_numbers.aligned
+    assert "your codes aligned with its classes as its spec agrees most" in other_numbers.reason
     # Two labels that no learnware names: the task's spec is refitted under the two-class
     # learnware's own names (sst2's), and that learnware is scored under the alignment that fits:
     # the cosine the same examples get from a user who names the classes as it does, whichever

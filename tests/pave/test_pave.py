@@ -171,3 +171,41 @@ def test_realigned_specs_refuse_what_they_cannot_do(tiny_space: SpecSpace) -> No
     assert fit_realigned_specs(tiny_space, TEXTS, LABELS, []) == []
     assert realignable(FitRecipe(steps=0)) and not realignable(FitRecipe(steps=3))
     assert not realignable(FitRecipe(steps=0, head="prototypes"))
+
+
+def test_alignment_gains_are_the_spec_agreement_of_each_alignment(tiny_space: SpecSpace) -> None:
+    """``A[c, j]`` summed along an alignment is, up to a constant, how much the task's one-gradient
+    spec under that alignment agrees with a learnware's spec (before the sign is taken), so the
+    assignment that maximises it is the alignment the learnware's spec agrees with most: checked
+    here against a refit under every one of the six alignments of three classes."""
+    import itertools
+
+    from app.ml.pave import _check_targets, _one_gradient, alignment_gains
+    from app.ml.ranking import best_alignment
+
+    labels = [0, 0, 0, 1, 1, 2, 2, 2]
+    own = ["great film", "poor service", "sad phone"]  # words the tiny base knows
+    truth = (2, 0, 1)  # the task's class c is the learnware's class truth[c]
+    learnware = fit_pave_spec(tiny_space, TEXTS, labels, [own[j] for j in truth], kind="task").vector
+    (gain,) = alignment_gains(tiny_space, TEXTS, labels, 3, [(learnware, own)])
+    assert gain.shape == (3, 3)
+    assert best_alignment(gain) == truth
+    soft, hard = _check_targets(np.asarray(labels), len(TEXTS), 3)
+    alignments = list(itertools.permutations(range(3)))
+    heads = [tiny_space.head(tuple(own[j] for j in a)).logits for a in alignments]
+    grads = _one_gradient(tiny_space, TEXTS, soft, hard, heads, tiny_space.config.recipe, None)
+    agreement = [float(learnware @ -g) for g in grads]
+    predicted = [sum(gain[c, a[c]] for c in range(3)) for a in alignments]
+    assert np.corrcoef(agreement, predicted)[0, 1] > 0.99
+    assert all(not b.any() for b in tiny_space.b_params)
+
+
+def test_alignment_gains_refuse_bad_input(tiny_space: SpecSpace) -> None:
+    from app.ml.pave import alignment_gains
+
+    with pytest.raises(InvalidInput, match="not among"):
+        alignment_gains(tiny_space, TEXTS, [0, 1, 2, 0, 1, 0, 1, 0], 2, [])
+    with pytest.raises(IncompatibleSpec):
+        alignment_gains(tiny_space, TEXTS, LABELS, 2, [(np.ones(3, dtype=np.float32), NAMES)])
+    assert alignment_gains(tiny_space, TEXTS, LABELS, 2, []) == []
+    assert all(not b.any() for b in tiny_space.b_params)

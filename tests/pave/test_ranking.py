@@ -16,6 +16,7 @@ from app.ml.ranking import (
     Tier,
     aligned_score,
     answers,
+    best_alignment,
     by_tier,
     check_count,
     check_on_examples,
@@ -35,9 +36,11 @@ from app.ml.ranking import (
     rank_for_task,
     reading_nats,
     realignments,
+    searched_realignments,
     shot_score,
     tier_of,
     with_alignment,
+    with_searched,
 )
 
 
@@ -780,3 +783,57 @@ def test_a_reading_counts_only_where_it_stands_out() -> None:
         )
     )
     assert ranked[1].reason().endswith("spec similarity 0.100")
+
+
+def test_the_best_alignment_is_the_assignment_of_most_gain() -> None:
+    gain = np.array([[0.1, 0.0, 0.9], [0.8, 0.2, 0.0], [0.0, 0.7, 0.6]])
+    assert best_alignment(gain) == (2, 0, 1)
+    # A class without examples has a row of zeros: it takes whatever class is left.
+    assert best_alignment(np.array([[0.0, 1.0, 0.0], [0.0, 0.0, 0.0]]))[0] == 1
+    with pytest.raises(ValueError, match="a row per task class"):
+        best_alignment(np.zeros((3, 2)))
+
+
+def test_codes_are_aligned_with_each_learnware_as_its_spec_agrees_most() -> None:
+    """A reading of numbered codes is replaced by the alignments the learnwares' own specs agree
+    with most: learnwares that agree on one share a refit, each scores only its own, and the
+    cost cap leaves a reading past it as it was."""
+    four = ("anger", "joy", "optimism", "sadness")
+    codes = ["0", "1", "2", "3"]
+    plan = realignments(codes, [(list(four), 3), (["a", "b", "c", "d"], 1)])
+    assert all(r.reading and r.learnwares is None for r in plan)
+    shifted = np.roll(np.eye(4), 1, axis=1)  # the task's class c is the learnware's class c + 1
+    members = {  # each spec vector holds its learnware's id, so the gains can tell them apart
+        plan[0].label_set: [(i, np.full(8, float(i)), list(four)) for i in (1, 2, 3)],
+        plan[1].label_set: [(9, np.full(8, 9.0), ["a", "b", "c", "d"])],
+    }
+    gains = {1: shifted, 2: shifted, 3: np.eye(4)}
+    calls: list[int] = []
+
+    def gains_of(chosen: list[tuple[np.ndarray, list[str]]]) -> list[np.ndarray]:
+        calls.append(len(chosen))
+        return [gains[int(vector[0])] for vector, _ in chosen]
+
+    searched = with_searched(plan, lambda r: members[r.label_set], gains_of, limit=3)
+    assert calls == [3]  # the cap: three learnwares in all, the second reading kept as it was
+    by_ids = {r.learnwares: r for r in searched if r.learnwares is not None}
+    assert by_ids[frozenset({1, 2})].names == ("joy", "optimism", "sadness", "anger")
+    assert by_ids[frozenset({3})].names == four
+    assert all(r.reading for r in searched)
+    assert [r for r in searched if r.learnwares is None] == [plan[1]]
+    with pytest.raises(ValueError, match="not the label set"):
+        searched_realignments(plan[0], [(9, ["a", "b", "c", "d"])], [np.eye(4)])
+
+    # Scored by such an alignment, a learnware that stands out says so.
+    own = [Candidate(1, 0.01, four), Candidate(3, 0.02, four)]
+    scored = with_alignment(own, [Candidate(1, 0.30, four, reading=True, searched=True)])
+    ranked = rank_for_task(by_tier(scored, codes), codes)
+    assert ranked[0].id == 1 and ranked[0].searched
+    assert (
+        ranked[0]
+        .reason()
+        .endswith(
+            "spec similarity 0.300 (your task's spec refitted under its label names, your codes aligned "
+            "with its classes as its spec agrees most)"
+        )
+    )

@@ -343,14 +343,14 @@ def alignment_gains(
         )
     )
 
+    def normalised(batch: TokenBatch) -> torch.Tensor:
+        with torch.no_grad():  # per thread: the batches run side by side (`run_batches`)
+            return F.normalize(_features(space, batch.inputs), dim=-1).float().cpu()
+
     def features() -> torch.Tensor:
-        out = torch.zeros(len(texts), 0)
-        with torch.no_grad():
-            for batch in batches:
-                f = F.normalize(_features(space, batch.inputs), dim=-1).float().cpu()
-                if out.shape[1] == 0:
-                    out = torch.zeros(len(texts), f.shape[1])
-                out[torch.tensor(batch.indices)] = f
+        out = torch.empty(len(texts), space.encoder.hidden_size)
+        for batch, f in run_batches(normalised, batches, space.encoder.device):
+            out[torch.tensor(batch.indices)] = f
         return out
 
     gains = []

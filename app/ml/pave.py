@@ -202,6 +202,25 @@ def _spec_of_gradient(grad: np.ndarray, recipe: FitRecipe) -> np.ndarray:
     return np.where(grad > 0, -1.0, 1.0) if recipe.balanced else -grad
 
 
+def _example_weights(hard: torch.Tensor, num_classes: int, recipe: FitRecipe) -> torch.Tensor:
+    """Each example's weight in the one-gradient fit, summing to 1: 1 / its class's count where
+    the recipe is ``balanced``, equal otherwise."""
+    weights = _class_weights(hard, num_classes) if recipe.balanced else torch.ones(len(hard))
+    return weights / weights.sum()
+
+
+def _batches(space: SpecSpace, texts: Sequence[str], recipe: FitRecipe) -> list[TokenBatch]:
+    return list(
+        token_batches(
+            space.encoder.tokenizer,
+            texts,
+            batch_size=recipe.batch_size,
+            max_tokens=recipe.max_tokens,
+            device=space.encoder.device,
+        )
+    )
+
+
 def _one_gradient(
     space: SpecSpace,
     texts: list[str],
@@ -216,18 +235,9 @@ def _one_gradient(
     differentiated once per head; the batches run side by side on a CPU's threads and are summed
     in a fixed order (`run_batches`)."""
     num_classes = soft.shape[1]
-    weights = _class_weights(hard, num_classes) if recipe.balanced else torch.ones(len(texts))
-    weights = weights / weights.sum()
+    weights = _example_weights(hard, num_classes, recipe)
     device = space.encoder.device
-    batches = list(
-        token_batches(
-            space.encoder.tokenizer,
-            texts,
-            batch_size=recipe.batch_size,
-            max_tokens=recipe.max_tokens,
-            device=device,
-        )
-    )
+    batches = _batches(space, texts, recipe)
 
     def gradient(batch: TokenBatch) -> list[list[torch.Tensor]]:
         idx = torch.tensor(batch.indices)
@@ -330,18 +340,9 @@ def alignment_gains(
     texts = check_texts(texts)
     _, hard = _check_targets(np.asarray(labels), len(texts), n_labels)
     recipe = space.config.recipe
-    weights = _class_weights(hard, n_labels) if recipe.balanced else torch.ones(len(texts))
-    weights = weights / weights.sum()
+    weights = _example_weights(hard, n_labels, recipe)
     one_hot = F.one_hot(hard, n_labels).float() * weights[:, None]  # N × K: each example's weight
-    batches = list(
-        token_batches(
-            space.encoder.tokenizer,
-            texts,
-            batch_size=recipe.batch_size,
-            max_tokens=recipe.max_tokens,
-            device=space.encoder.device,
-        )
-    )
+    batches = _batches(space, texts, recipe)
 
     def normalised(batch: TokenBatch) -> torch.Tensor:
         with torch.no_grad():  # per thread: the batches run side by side (`run_batches`)

@@ -240,7 +240,7 @@ def service_ranking(
     space: SpecSpace,
     shot_check_k: int = SHOT_CHECK_K,
     shot_check_k_unnamed: int = SHOT_CHECK_K_UNNAMED,
-    realign_seconds: list[tuple[int, float]] | None = None,
+    realign_seconds: list[tuple[int, float, int]] | None = None,
 ) -> list[Ranked]:
     """The dock's order for this user: tiers and cosine, then the shot check (not for spec-only
     users), through the same functions the service's worker calls, with label names compared by
@@ -291,7 +291,7 @@ def realigned_candidates(
     user_spec: np.ndarray,
     pool: dict[int, np.ndarray],
     space: SpecSpace,
-    seconds: list[tuple[int, float]] | None = None,
+    seconds: list[tuple[int, float, int]] | None = None,
 ) -> list[Candidate]:
     """The learnwares of the label sets `realignments` plans for this user, each scored by its
     cosine with the user's spec refitted under the planned names (`aligned_score`), as the
@@ -326,7 +326,8 @@ def realigned_candidates(
     )
     vectors = fit_realigned_specs(space, user.shots.texts, user.shots.labels, [r.names for r in plan])
     if seconds is not None:
-        seconds.append((len(plan), time.perf_counter() - started))
+        searched = sum(len(r.learnwares) for r in plan if r.learnwares is not None)
+        seconds.append((len(plan), time.perf_counter() - started, searched))
     out: list[Candidate] = []
     for realignment, vector in zip(plan, vectors, strict=True):
         of_set = {

@@ -17,8 +17,9 @@ import json
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 from pydantic import BaseModel
@@ -37,10 +38,41 @@ from app.reuse.schemas import (
     TransferCreate,
 )
 from app.spec_spaces.schemas import SpecSpaceRead
-from app.tasks.schemas import IdentifyResult, TaskRead, TaskSubmitted
+from app.tasks.schemas import IdentifyResult, MatchRead, TaskRead, TaskSubmitted
+
+if TYPE_CHECKING:
+    from app.ml.spec_space import SpecSpace
 
 M = TypeVar("M", bound=BaseModel)
 TERMINAL_STATES = ("succeeded", "failed", "cancelled")
+
+
+def _label_ids(labels: Sequence[int] | Sequence[str], names: Sequence[str]) -> list[int]:
+    """Labels as class ids: a name is looked up in ``names``, a number taken as the id."""
+    names = list(names)
+    out = []
+    for label in labels:
+        if isinstance(label, str):
+            if label not in names:
+                raise ValueError(f"label {label!r} is not one of the label names {names}")
+            out.append(names.index(label))
+        else:
+            if not 0 <= int(label) < len(names):
+                raise ValueError(f"label {label} is out of range for {len(names)} label names")
+            out.append(int(label))
+    return out
+
+
+@dataclass(frozen=True)
+class LocalCheck:
+    """A task's matches re-ranked after the shot check ran on this machine (`DockClient.check_here`)."""
+
+    matches: list[MatchRead]
+    """Every match, in the order the API documents, the checked ones with their map and score."""
+    checked: list[int]
+    """The learnwares run on the examples."""
+    skipped: dict[int, str]
+    """Those that were to be run but could not be (download, package or map), with why."""
 
 
 class DockAPIError(Exception):
@@ -165,6 +197,16 @@ class DockClient:
         import numpy as np
 
         from app.ml.pave import fit_pave_spec
+
+        space = self._local_space()
+        names = list(label_names)
+        ids = _label_ids(labels, names)
+        spec = fit_pave_spec(space, list(texts), np.asarray(ids), names, kind="task", progress=progress)
+        tensors, _meta = spec.save(Path(out_stem))
+        return tensors
+
+    def _local_space(self) -> SpecSpace:
+        """The dock's default spec space, loaded here (the same frozen base, checked by its id)."""
         from app.ml.spec_space import config_from_dict, load_space
 
         remote = self.default_space()
@@ -175,11 +217,105 @@ class DockClient:
                 "incompatible_spec",
                 f"the local space is {space.id}, the dock's is {remote.id}: the base model's weights differ",
             )
-        names = list(label_names)
-        ids = [names.index(str(label)) if isinstance(label, str) else int(label) for label in labels]
-        spec = fit_pave_spec(space, list(texts), np.asarray(ids), names, kind="task", progress=progress)
-        tensors, _meta = spec.save(Path(out_stem))
-        return tensors
+        return space
+
+    def check_here(
+        self,
+        result: TaskRead,
+        texts: Sequence[str],
+        labels: Sequence[int] | Sequence[str],
+        *,
+        k: int | None = None,
+        k_unnamed: int | None = None,
+        progress: Progress | None = None,
+    ) -> LocalCheck:
+        """The shot check the dock's worker runs, run on this machine: for a task posted as a spec
+        only (``local_spec=True``), whose examples the dock never saw and so could not check.
+
+        The first ``k`` matches that can answer (``k_unnamed`` where none answers the labels by
+        name; by default as many as the dock's worker runs, `SHOT_CHECK_K` and `SHOT_CHECK_K_UNNAMED`) are downloaded (sha256 checked), extracted with the dock's own checks, loaded from
+        their weights alone (safetensors or ONNX; no code runs) and run on the examples; then
+        every match is re-ranked in the order the API documents (`MatchRead`), each with its
+        label map and reason. A match that cannot be downloaded or run stays unchecked, with the
+        reason in `LocalCheck.skipped`. ``progress(done, total, what)`` is called per learnware."""
+        from app.ml.errors import InputError
+        from app.ml.packages import extract_package
+        from app.ml.ranking import (
+            SHOT_CHECK_K,
+            SHOT_CHECK_K_UNNAMED,
+            Candidate,
+            check_count,
+            check_predicted,
+            choose_checked,
+            rank_for_task,
+        )
+        from app.ml.runners import load_runner
+
+        names = list(result.label_names)
+        if not names:
+            raise ValueError("the task has no label names: there is nothing to check its matches against")
+        if any(m.checked for m in result.matches):
+            raise ValueError(f"task {result.id}'s matches were already checked by the dock")
+        if len(texts) != len(labels):
+            raise ValueError(f"{len(labels)} labels for {len(texts)} texts")
+        import numpy as np
+
+        truth = np.asarray(_label_ids(labels, names), dtype=np.int64)
+        by_id = {m.learnware_id: m for m in result.matches}
+        # The dock's order is its `by_tier` order for a task it could not check, which is what
+        # `choose_checked` and `rank_for_task` take.
+        candidates = [
+            Candidate(m.learnware_id, m.score, tuple(m.label_names), aligned=m.aligned)
+            for m in result.matches
+        ]
+        count = check_count(
+            candidates,
+            names,
+            SHOT_CHECK_K if k is None else k,
+            SHOT_CHECK_K_UNNAMED if k_unnamed is None else k_unnamed,
+        )
+        chosen = choose_checked(candidates, names, {}, count)
+        space = self._local_space() if chosen else None
+        maps: dict[int, Any] = {}
+        shots: dict[int, Any] = {}
+        skipped: dict[int, str] = {}
+        with tempfile.TemporaryDirectory(prefix="pavedock-check-") as tmp:
+            for done, learnware_id in enumerate(chosen, start=1):
+                if progress is not None:
+                    progress(done - 1, len(chosen), by_id[learnware_id].name)
+                try:
+                    zip_path = self.download(learnware_id, Path(tmp))
+                    package = extract_package(zip_path, Path(tmp) / f"learnware-{learnware_id}")
+                    predicted = load_runner(package).predict(list(texts))
+                    assert space is not None
+                    checked = check_predicted(
+                        names,
+                        by_id[learnware_id].label_names,
+                        predicted.labels,
+                        predicted.probs,
+                        truth,
+                        name_similarity=space.name_similarity,
+                        temperature=space.config.temperature,
+                    )
+                    if checked is None:
+                        raise ValueError("no label map applies to your labels")
+                    maps[learnware_id], shots[learnware_id] = checked
+                except (DockAPIError, InputError, OSError, RuntimeError, ValueError) as error:
+                    skipped[learnware_id] = str(error)
+            if progress is not None and chosen:
+                progress(len(chosen), len(chosen), "done")
+        ranked = rank_for_task(candidates, names, maps=maps, shots=shots)
+        matches = [
+            MatchRead.model_validate(
+                {
+                    **by_id[r.id].model_dump(),
+                    **r.fields(names, by_id[r.id].label_names, len(texts)),
+                    "rank": rank,
+                }
+            )
+            for rank, r in enumerate(ranked, start=1)
+        ]
+        return LocalCheck(matches=matches, checked=[i for i in chosen if i in shots], skipped=skipped)
 
     def task(
         self,

@@ -60,6 +60,12 @@ log = logging.getLogger(__name__)
 
 FAMILIES = ("lora", "linear", "onnx")
 VARIANTS = ("good", "corrupted", "noisy", "small")
+CLI_TOP_K = 10
+"""How many matches `pavedock task` asks for by default (``--top-k``): the ones it can check on a
+spec-only user's own machine (`DockClient.check_here`)."""
+CHECKED_HERE = "spec only, checked here"
+"""Spec-only users as `pavedock task --local` ranks for them: reported beside the kinds, not one of
+them (the mean over kinds stays comparable with earlier runs)."""
 VARIANT_FILES = {"good": "good", "corrupted": "random95", "noisy": "noisy40", "small": "small5"}
 # Six tasks, two per family, with a sentiment pair (sst2, mr) whose learnwares serve each other.
 QUICK_TASKS = ("sst2", "sms_spam", "trec", "mr", "ag_news", "tweet_emotion")
@@ -553,6 +559,7 @@ def run_identification_benchmark(
     kind_rows: list[tuple[kinds.User, dict[str, float]]] = []
     realign_seconds: list[tuple[int, float, int]] = []
     kind_users: list[dict[str, Any]] = []
+    here_rows: list[tuple[kinds.User, dict[str, float]]] = []
     for user in tqdm(
         list(kinds.users(market, profile.seeds, chosen_kinds)), desc="users: as the service ranks"
     ):
@@ -565,6 +572,14 @@ def run_identification_benchmark(
         )
         metrics = kinds.measure(market, user, ranked)
         kind_rows.append((user, metrics))
+        here: dict[str, Any] = {}
+        if user.spec_only:  # and as `pavedock task --local` shows it, checked on the user's machine
+            ranked_here = kinds.service_ranking(
+                market, user, vector, pave_specs, space, checked_here=CLI_TOP_K
+            )
+            here_metrics = kinds.measure(market, user, ranked_here)
+            here_rows.append((replace(user, kind=CHECKED_HERE), here_metrics))
+            here = {"checked_here": {**here_metrics, "top1": lws[ranked_here[0].id].key}}
         top = ranked[0]
         kind_users.append(
             {
@@ -579,9 +594,11 @@ def run_identification_benchmark(
                 "top1_label_map_how": None if top.label_map is None else top.label_map.how,
                 "top1_reason": top.reason(len(shots), shots.label_names, lws[top.id].label_names),
                 **metrics,
+                **here,
             }
         )
     by_kind = kinds.summarise(kind_rows)
+    spec_only_here = kinds.summarise(here_rows).get(CHECKED_HERE) if here_rows else None
 
     curve = _steps_curve(market, profile, default, pave_specs, names_of) if extras else []
     beyond = _beyond(market, profile, default, pave_specs, rkme_rank) if extras else {}
@@ -627,6 +644,7 @@ def run_identification_benchmark(
     result: dict[str, Any] = {
         "benchmark": "identification",
         "kinds": by_kind,
+        "spec_only_checked_here": spec_only_here,
         "kind_users": kind_users,
         "profile": asdict(profile),
         "market_seed": market_seed,
@@ -868,6 +886,20 @@ def _pm(values: dict[str, float], key: str) -> str:
     return f"{mean:.3f}" if spread is None else f"{mean:.3f} ± {spread:.3f}"
 
 
+def _checked_here_lines(here: dict[str, float] | None) -> list[str]:
+    """The spec-only users again, as `pavedock task --local` ranks for them (`CHECKED_HERE`)."""
+    if not here:
+        return []
+    return [
+        f"Spec-only users as `pavedock task --local` shows them ({int(here['users'])} users; not a "
+        f"kind of the mean): the dock's top {CLI_TOP_K} matches checked on the user's own machine "
+        "(`DockClient.check_here`), the examples never sent: oracle agreement@1 "
+        f"{_pm(here, 'oracle_agreement_at1')}, normalised accuracy {_pm(here, 'normalized_accuracy')}, "
+        f"quality filter {_pm(here, 'quality_filter')}.",
+        "",
+    ]
+
+
 def render_markdown(result: dict[str, Any]) -> str:
     s = result["summary"]
     lines = [
@@ -917,6 +949,7 @@ def render_markdown(result: dict[str, Any]) -> str:
             ],
         ),
         "",
+        *_checked_here_lines(result.get("spec_only_checked_here")),
         "## Cosine rankings (users who name the classes as the learnwares do; mean over tasks and seeds)",
         "",
         md_table(

@@ -51,7 +51,7 @@ from app.ml.ranking import (
     answers,
     by_tier,
     check_count,
-    check_on_examples,
+    check_predicted,
     choose_checked,
     label_set,
     map_by_name,
@@ -241,11 +241,16 @@ def service_ranking(
     shot_check_k: int = SHOT_CHECK_K,
     shot_check_k_unnamed: int = SHOT_CHECK_K_UNNAMED,
     realign_seconds: list[tuple[int, float, int]] | None = None,
+    checked_here: int = 0,
 ) -> list[Ranked]:
     """The dock's order for this user: tiers and cosine, then the shot check (not for spec-only
     users), through the same functions the service's worker calls, with label names compared by
     ``space``'s frozen base. Where the user's spec is refitted under other label sets, (how many,
-    seconds) is appended to ``realign_seconds``."""
+    seconds) is appended to ``realign_seconds``.
+
+    ``checked_here``: for a spec-only user, the order `pavedock task --local` shows instead: the
+    dock's first ``checked_here`` matches checked on the user's machine (`DockClient.check_here`:
+    the same check, with no spec vectors to tell copies apart, on the dock's order)."""
     from app.ml.identify import rank_specs
 
     names = list(user.shots.label_names)
@@ -261,23 +266,25 @@ def service_ranking(
     candidates = originals_first(by_tier(found, names), names, pool)
     maps: dict[int, LabelMap | None] = {}
     shots: dict[int, ShotScore | None] = {}
-    check = 0 if user.spec_only else check_count(candidates, names, shot_check_k, shot_check_k_unnamed)
+    vectors: dict[int, np.ndarray] = pool
+    if user.spec_only and checked_here:
+        candidates, vectors = candidates[:checked_here], {}
+    check = (
+        0
+        if user.spec_only and not checked_here
+        else check_count(candidates, names, shot_check_k, shot_check_k_unnamed)
+    )
     if check:
-        for lw_id in choose_checked(candidates, names, pool, check):
+        for lw_id in choose_checked(candidates, names, vectors, check):
             lw = market.learnwares[lw_id]
             predicted = market.predict(lw, user.shots.texts)
-            sim = (
-                space.name_similarity(names, lw.label_names)
-                if tier_of(names, lw.label_names) == Tier.LABEL_MAP
-                else None
-            )
-            checked = check_on_examples(
+            checked = check_predicted(
                 names,
                 lw.label_names,
                 predicted.labels,
                 predicted.probs,
                 user.shots.labels,
-                similarity=sim,
+                name_similarity=space.name_similarity,
                 temperature=space.config.temperature,
             )
             if checked is not None:

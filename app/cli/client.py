@@ -20,6 +20,7 @@ from app.cli.common import (
     read_few_shot,
     wait_and_report,
 )
+from app.cli.progress import progress_bar
 
 
 def register(app: typer.Typer) -> None:
@@ -94,6 +95,14 @@ def task(
     local: Annotated[
         bool, typer.Option("--local/--remote", help="fit the spec here and upload only the spec")
     ] = False,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check/--no-check",
+            help="with --local: run the top matches on your examples here, as the dock's worker would "
+            "(their packages are downloaded; your examples still never leave this machine)",
+        ),
+    ] = True,
     top_k: int = 10,
     timeout: float = 900.0,
     as_json: Annotated[bool, typer.Option("--json", help="print the task with its matches as JSON")] = False,
@@ -104,9 +113,11 @@ def task(
     from app.client import DockAPIError
 
     texts, labels = read_few_shot(few_shot)
+    names = label_names_option(label_names)
+    checked_here = None
     with open_client(url, key) as client:
         try:
-            sub = client.task(texts, labels, label_names_option(label_names), top_k=top_k, local_spec=local)
+            sub = client.task(texts, labels, names, top_k=top_k, local_spec=local)
             if as_json:
                 client.wait(sub.job_id, timeout=timeout)
             else:
@@ -114,14 +125,26 @@ def task(
                 console.print(f"task {sub.task_id} posted; job {sub.job_id}{where}")
                 wait_and_report(client, sub.job_id, timeout)
             result = client.task_result(sub.task_id)
+            if local and check and not result.error and result.matches:
+                with progress_bar("checking matches on your examples, here", unit="learnware") as bar:
+                    checked_here = client.check_here(result, texts, labels, progress=None if as_json else bar)
         except DockAPIError as exc:
             fail(exc)
             return
     if result.error:
         fail(RuntimeError(result.error))
+    if checked_here is not None:
+        result = result.model_copy(update={"matches": checked_here.matches})
     if as_json:
         typer.echo(result.model_dump_json(indent=2))
         return
+    if checked_here is not None:
+        console.print(
+            f"shot check run here on your {len(texts)} examples: {len(checked_here.checked)} matches "
+            "(the dock saw only your spec)"
+        )
+        for learnware_id, why in checked_here.skipped.items():
+            console.print(f"  not checked: learnware {learnware_id}: {why}", highlight=False)
     print_matches(result.matches)
 
 

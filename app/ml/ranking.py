@@ -651,6 +651,29 @@ def check_on_examples(
     return label_map, held_out_score(predicted, probs, labels, label_map, prior, order)
 
 
+def check_predicted(
+    user_names: Sequence[str],
+    model_names: Sequence[str],
+    predicted: np.ndarray,
+    probs: np.ndarray | None,
+    labels: np.ndarray,
+    *,
+    name_similarity: Callable[[Sequence[str], Sequence[str]], np.ndarray],
+    temperature: float,
+) -> tuple[LabelMap, ShotScore] | None:
+    """`check_on_examples`, with the names' ``name_similarity`` (the space's) read only where a
+    map is to be chosen (`Tier.LABEL_MAP`): what the worker, a client checking on the user's own
+    machine and the benchmark all run for each checked learnware."""
+    similarity = (
+        name_similarity(user_names, model_names)
+        if tier_of(user_names, model_names) == Tier.LABEL_MAP
+        else None
+    )
+    return check_on_examples(
+        user_names, model_names, predicted, probs, labels, similarity=similarity, temperature=temperature
+    )
+
+
 def check_count(ordered: Sequence[Candidate], user_names: Sequence[str], k: int, k_unnamed: int) -> int:
     """How many candidates the shot check runs: ``k`` when one of them answers the user's labels
     by name, ``k_unnamed`` when none does (see `SHOT_CHECK_K_UNNAMED`); 0 when ``k`` is 0."""
@@ -754,6 +777,10 @@ class Realignment:
     learnwares: frozenset[int] | None = None
     """Where set, the alignment was searched for these learnwares (`searched_realignments`) and
     scores only them; otherwise it scores every learnware of ``label_set``."""
+    search_only: bool = False
+    """No reading backs any one alignment (names whose meaning maps nothing, letters): ``names``
+    are the learnwares' own order, a placeholder for the search (`with_searched`) to replace.
+    Past the search's cost cap it is dropped, not refitted."""
 
 
 def realignments(
@@ -769,16 +796,19 @@ def realignments(
     given their ``similarity``), under the names of that map; for a two-class set it does not
     map, under its own names both ways round; for a set of as many classes that the task's
     numbered codes read (`code_order`: "3" is its class 3), under its names in that order, as a
-    reading (`Realignment.reading`); none for the rest. The most common label sets first, at most
-    ``limit`` (of the ``4 * limit`` most common read).
+    reading (`Realignment.reading`); for any other set of as many classes (more than two), a
+    placeholder only the search replaces (`Realignment.search_only`, `with_searched`); none for the
+    rest. The most common label sets first, at most ``limit`` (of the ``4 * limit`` most common read).
 
     Why: the spec is fitted under the user's names, and the label-name head is most of what
     separates learnwares with as many classes (issue 15: the same examples under a spam filter's
     own names score 0.37 against it, −0.08 under other names). Refitted under a learnware's
     names, the task is compared with it as a user who names the classes as it does would be.
-    Codes ("0", "1") map nothing by meaning, so more than two labels are realigned only as their
-    numbers read: the other alignments are too many to refit. That reading is no fact (a user may
-    number classes otherwise), which is why it counts only where it stands out (`with_alignment`)."""
+    Codes ("0", "1") map nothing by meaning, and more than two labels have too many alignments to
+    refit each: their numbers' reading is one guess, and the alignment each learnware's own spec
+    agrees with most another (`with_searched`). Names whose meaning maps nothing clearly (another
+    language, rare words) and letters are in the same place, with no reading to fall back on.
+    Neither is a fact, which is why both count only where they stand out (`with_alignment`)."""
     if any(tier_of(user_names, names) == Tier.BY_NAME for names, _ in label_sets):
         return []
     counts: dict[frozenset[str], int] = {}
@@ -800,13 +830,16 @@ def realignments(
             if similarity is None or codes or labels_are_codes(names)
             else map_by_meaning(user_names, names, similarity(user_names, names))
         )
-        order = code_order(user_names, names) if len(names) == len(user_names) else None
+        same_size = len(names) == len(user_names)
+        order = code_order(user_names, names) if same_size else None
         if by_meaning is not None:
             out.append(Realignment(key, tuple(names[j] for j in by_meaning.model_class), False))
-        elif len(names) == len(user_names) == 2:
+        elif same_size and len(names) == 2:
             out.append(Realignment(key, names, True))
         elif order is not None:
             out.append(Realignment(key, tuple(names[j] for j in order), False, reading=True))
+        elif same_size:
+            out.append(Realignment(key, names, False, reading=True, search_only=True))
         if len(out) == limit:
             break
     return out
@@ -829,8 +862,8 @@ def best_alignment(gain: np.ndarray) -> tuple[int, ...]:
 def searched_realignments(
     reading: Realignment, members: Sequence[tuple[int, Sequence[str]]], gains: Sequence[np.ndarray]
 ) -> list[Realignment]:
-    """A coded task's classes aligned with each learnware of ``reading``'s label set by the
-    learnware's own spec: ``members`` are (id, label names), ``gains`` their `pave.alignment_gains`.
+    """A task's classes (codes, or names that map nothing by meaning) aligned with each learnware
+    of ``reading``'s label set by the learnware's own spec: ``members`` are (id, label names), ``gains`` their `pave.alignment_gains`.
     The learnwares whose best alignment (`best_alignment`) names the task's classes alike share one
     refit. The numbers' reading (`code_order`) is one alignment of many; the user's codes may
     follow another numbering, and then the reading compares the task with the learnware under
@@ -854,17 +887,19 @@ def with_searched(
     gains_of: Callable[[Sequence[tuple[np.ndarray, Sequence[str]]]], Sequence[np.ndarray]],
     limit: int = ALIGN_MAX_SEARCHED,
 ) -> list[Realignment]:
-    """``plan`` (`realignments`) with each reading of numbered codes replaced by the alignments
-    its learnwares' own specs agree with most (`searched_realignments`): ``members_of`` gives a
-    reading's learnwares (id, spec vector, label names), the closest to the task's own spec first;
-    ``gains_of`` their `pave.alignment_gains`. At most ``limit`` learnwares in all; a reading
-    past that stays as it was."""
+    """``plan`` (`realignments`) with each reading of numbered codes, and each placeholder for a
+    search (`Realignment.search_only`), replaced by the alignments its learnwares' own specs agree
+    with most (`searched_realignments`): ``members_of`` gives a reading's learnwares (id, spec
+    vector, label names), the closest to the task's own spec first; ``gains_of`` their
+    `pave.alignment_gains`. At most ``limit`` learnwares in all; past that a reading stays as it
+    was and a placeholder is dropped."""
     out = [r for r in plan if not r.reading]
     left = limit
     for realignment in (r for r in plan if r.reading):
         members = list(members_of(realignment))[:left] if left > 0 else []
         if not members:
-            out.append(realignment)
+            if not realignment.search_only:
+                out.append(realignment)
             continue
         left -= len(members)
         gains = gains_of([(vector, names) for _, vector, names in members])
@@ -1015,6 +1050,30 @@ class Ranked:
         −1.70 against a guess's −1.39, once did)."""
         return self.shot is not None and self.shot.score > math.log(self.chance) + 1e-9
 
+    def fields(
+        self, user_names: Sequence[str], model_names: Sequence[str], n_examples: int = 0
+    ) -> dict[str, object]:
+        """What the API shows of this match's place (`MatchRead`'s fields that the ranking sets,
+        not the learnware's own): shared by the worker and a client that checks matches on the
+        user's own machine (`app.client.DockClient.check_here`)."""
+        label_map, shot = self.label_map, self.shot
+        return {
+            "score": round(float(self.score), 6),
+            "aligned": self.aligned,
+            "tier": self.tier.slug if user_names else None,
+            "label_map": None if label_map is None else label_map.names(user_names, model_names),
+            "label_map_how": None if label_map is None else label_map.how,
+            "restricted": bool(label_map is not None and label_map.restricted),
+            "checked": self.checked,
+            "shot_accuracy": None if shot is None else shot.accuracy,
+            "shot_confidence": None if shot is None else shot.confidence,
+            "shot_log_likelihood": None if shot is None else shot.log_likelihood,
+            "shot_map_cost": None if shot is None else shot.map_cost,
+            "reason": self.reason(n_examples, user_names, model_names)
+            if user_names
+            else f"spec similarity {self.score:.3f}",
+        }
+
     def reason(
         self, n_examples: int = 0, user_names: Sequence[str] = (), model_names: Sequence[str] = ()
     ) -> str:
@@ -1055,7 +1114,8 @@ class Ranked:
                 (
                     " (your task's spec refitted under its label names"
                     + (
-                        ", your codes aligned with its classes as its spec agrees most"
+                        f", your {'codes' if labels_are_codes(user_names) else 'labels'} aligned with its "
+                        "classes as its spec agrees most"
                         if self.searched
                         else ", your codes read as its class numbers"
                         if self.reading

@@ -196,31 +196,17 @@ def present(
         if learnware is None:  # deleted while the task ran
             continue
         names = list(learnware.label_names)
-        label_map = match.label_map
         results.append(
             {
                 "rank": len(results) + 1,
                 "learnware_id": learnware.id,
-                "score": round(float(match.score), 6),
-                "aligned": match.aligned,
                 "name": learnware.name,
                 "task_type": learnware.task_type,
                 "model_format": learnware.model_format,
                 "label_names": names,
                 "labels_match": bool(wanted) and label_set(names) == wanted,
-                "tier": match.tier.slug if label_names else None,
-                "label_map": None if label_map is None else label_map.names(label_names, names),
-                "label_map_how": None if label_map is None else label_map.how,
-                "restricted": bool(label_map is not None and label_map.restricted),
-                "checked": match.checked,
-                "shot_accuracy": None if match.shot is None else match.shot.accuracy,
-                "shot_confidence": None if match.shot is None else match.shot.confidence,
-                "shot_log_likelihood": None if match.shot is None else match.shot.log_likelihood,
-                "shot_map_cost": None if match.shot is None else match.shot.map_cost,
                 "spec_recomputed": learnware.spec_recomputed,
-                "reason": match.reason(n_examples, label_names, names)
-                if label_names
-                else f"spec similarity {match.score:.3f}",
+                **match.fields(label_names, names, n_examples),
                 "tags": list(learnware.tags),
             }
         )

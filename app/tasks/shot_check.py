@@ -25,10 +25,8 @@ from app.ml.ranking import (
     Candidate,
     LabelMap,
     ShotScore,
-    Tier,
-    check_on_examples,
+    check_predicted,
     choose_checked,
-    tier_of,
 )
 
 if TYPE_CHECKING:
@@ -57,7 +55,6 @@ def shot_check(
         chosen = choose_checked(pool, label_names, vectors, k)
         rows = learnwares.ready_by_ids(session, chosen)
         packages = {i: rows[i].package_sha256 for i in chosen if i in rows}
-    names = {c.id: c.label_names for c in pool}
     maps: dict[int, LabelMap | None] = {}
     scores: dict[int, ShotScore | None] = {}
     for done, learnware_id in enumerate(chosen, start=1):
@@ -68,18 +65,13 @@ def shot_check(
                 runner = load_runner(package)
                 predicted = runner.predict(list(texts))
             model_names = list(runner.label_names)
-            similarity = (
-                space.name_similarity(label_names, model_names)
-                if tier_of(label_names, names[learnware_id]) == Tier.LABEL_MAP
-                else None
-            )
-            checked = check_on_examples(
+            checked = check_predicted(
                 label_names,
                 model_names,
                 predicted.labels,
                 predicted.probs,
                 labels,
-                similarity=similarity,
+                name_similarity=space.name_similarity,
                 temperature=space.config.temperature,
             )
             if checked is None:

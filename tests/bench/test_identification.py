@@ -56,6 +56,14 @@ def test_smoke_profile_writes_every_key_the_issue_asks_for(datasets_dir: Path, t
     assert saved["realign_sets_median"] >= 1 and saved["realign_seconds_median"] > 0
     assert any("refitted under its label names" in u["top1_reason"] for u in binary_codes)
     assert not any("refitted" in u["top1_reason"] for u in saved["kind_users"] if u["kind"] == "spec only")
+    # Spec-only users again as `pavedock task --local` ranks for them, checked on their machine:
+    # reported beside the kinds (not one of them), each user's figures kept.
+    here = saved["spec_only_checked_here"]
+    spec_only_users = [u for u in saved["kind_users"] if u["kind"] == "spec only"]
+    assert here["users"] == len(spec_only_users) and "spec only, checked here" not in kinds
+    assert all(0.0 <= u["checked_here"]["normalized_accuracy"] <= 1.0 + 1e-9 for u in spec_only_users)
+    assert all(u["checked_here"]["top1"] for u in spec_only_users)
+    assert "pavedock task --local" in (tmp_path / "identify.md").read_text()
     variants = {lw["variant"] for lw in saved["learnwares"]}
     assert variants == {"good", "corrupted", "noisy", "small"}
     # A corrupted twin is bad under every label map, not an inverted classifier (the smoke

@@ -92,6 +92,13 @@ def test_serve_runs_the_dock_on_one_machine(
         other_numbers = client.wait_task(posted.task_id, timeout=300).matches[0]
     assert other_numbers.learnware_id == ids["trec"] and other_numbers.aligned
     assert "your codes aligned with its classes as its spec agrees most" in other_numbers.reason
+    # Letters read no number at all: only the search aligns them, and it finds trec the same way.
+    letters = [chr(ord("a") + i) for i in range(len(renamed))]
+    with DockClient(url, user) as client:
+        posted = client.task(query.texts, shifted, letters, top_k=2)
+        lettered = client.wait_task(posted.task_id, timeout=300).matches[0]
+    assert lettered.learnware_id == ids["trec"] and lettered.aligned
+    assert "your codes aligned with its classes as its spec agrees most" in lettered.reason
     # Two labels that no learnware names: the task's spec is refitted under the two-class
     # learnware's own names (sst2's), and that learnware is scored under the alignment that fits:
     # the cosine the same examples get from a user who names the classes as it does, whichever
@@ -112,6 +119,24 @@ def test_serve_runs_the_dock_on_one_machine(
         assert match.score == pytest.approx(abs(by_name.score), abs=2e-3)
         assert "refitted under its label names" in match.reason
     assert coded[0].label_map != coded[1].label_map  # the examples read the codes either way round
+    # The task posted as a spec only: the dock could not check it, so the client checks its
+    # matches here, exactly as the worker would, and re-ranks them; the dock still saw no example.
+    with DockClient(url, user) as client:
+        spec_only = client.task_result(named.task_id)
+        here = client.check_here(spec_only, reviews.texts, reviews_labels)
+        with pytest.raises(ValueError, match="already checked"):
+            client.check_here(result, query.texts, [int(y) for y in query.labels])
+        with pytest.raises(ValueError, match="not one of the label names"):
+            client.check_here(spec_only, reviews.texts[:1], ["great"])
+    assert spec_only.n_examples == 0 and not any(m.checked for m in spec_only.matches)
+    assert here.checked == [ids["sst2"]] and not here.skipped
+    sst2_runner = load_runner(extract_package(tfidf_packages["sst2"], tmp_path / "sst2-package"))
+    sst2_accuracy = float(np.mean(sst2_runner.predict(reviews.texts).labels == reviews.labels))
+    top_here = here.matches[0]
+    assert top_here.learnware_id == ids["sst2"] and top_here.rank == 1 and top_here.checked
+    assert top_here.shot_accuracy == pytest.approx(sst2_accuracy)
+    assert f"checked on your {len(reviews)} examples" in top_here.reason
+    assert [m.tier for m in here.matches] == ["labels-by-name", "cannot-answer"]
     # Three of trec's six classes under other words: no learnware has these names, their meaning
     # alone does not decide the map, so the examples choose three of trec's classes, priced by the
     # names' reading of that map (they agree with it): less than the uniform price of one of 120.
@@ -140,7 +165,11 @@ def test_serve_runs_the_dock_on_one_machine(
         env, "task", str(shots), "--label-names", names, "--local", "--json", "--url", url, "--key", user
     )
     task = json.loads(ranked)
+    # The dock saw only the spec; the command checked the matches on the examples here.
     assert task["n_examples"] == 0 and task["matches"][0]["learnware_id"] == ids["trec"]
+    assert task["matches"][0]["checked"] and task["matches"][0]["shot_accuracy"] == pytest.approx(
+        own_accuracy
+    )
     pavedock(env, "download", str(ids["trec"]), "--out", str(tmp_path), "--url", url, "--key", user)
     assert (tmp_path / f"learnware-{ids['trec']}.zip").read_bytes() == tfidf_packages["trec"].read_bytes()
 

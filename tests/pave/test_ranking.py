@@ -610,9 +610,11 @@ def test_a_task_no_learnware_names_is_realigned_to_their_label_sets() -> None:
     plan = realignments(["rage", "sorrow"], sets, _similarity)
     assert ((("anger", "sadness"), False)) in [(r.names, r.both_ways) for r in plan]
     # Not when a learnware answers the labels by name (the spec under the user's own names is
-    # then the comparison), nor without a map for more than two labels.
+    # then the comparison). More than two labels their meaning does not map: a placeholder for
+    # the search, onto sets of as many classes only.
     assert realignments(["spam", "ham"], sets, _similarity) == []
-    assert realignments(["x", "y", "z"], [(["u", "v", "w"], 1)], _similarity) == []
+    plan = realignments(["x", "y", "z"], [(["u", "v", "w"], 1), (["p", "q", "r", "s"], 1)], _similarity)
+    assert [(r.names, r.reading, r.search_only) for r in plan] == [(("u", "v", "w"), True, True)]
     assert realignments(["0", "1"], [(["world", "sports", "business", "tech"], 1)]) == []
     # Only the 4 × limit most common label sets are read: rare ones past them cost nothing.
     rare = [([f"a{i}", f"b{i}", f"c{i}"], 2) for i in range(4)] + [(["yes", "no"], 1)]
@@ -625,7 +627,12 @@ def test_a_task_no_learnware_names_is_realigned_to_their_label_sets() -> None:
         (("sadness", "joy", "anger", "optimism"), False, True)
     ]
     assert plan[0].label_set == frozenset({"anger", "joy", "optimism", "sadness"})
-    assert realignments(["a", "b", "c", "d"], sets, _similarity) == []
+    assert not plan[0].search_only
+    # Letters read no number: only the search can align them.
+    plan = realignments(["a", "b", "c", "d"], sets, _similarity)
+    assert [(r.label_set, r.search_only) for r in plan] == [
+        (frozenset({"anger", "joy", "optimism", "sadness"}), True)
+    ]
 
 
 def test_a_realigned_learnware_is_scored_under_the_alignment_that_fits() -> None:
@@ -831,9 +838,40 @@ def test_codes_are_aligned_with_each_learnware_as_its_spec_agrees_most() -> None
     assert ranked[0].id == 1 and ranked[0].searched
     assert (
         ranked[0]
-        .reason()
+        .reason(0, codes, four)
         .endswith(
             "spec similarity 0.300 (your task's spec refitted under its label names, your codes aligned "
             "with its classes as its spec agrees most)"
         )
+    )
+
+
+def test_names_that_map_nothing_are_aligned_by_the_search_or_not_at_all() -> None:
+    """Labels of more than two classes whose meaning maps nothing (another language, rare words)
+    have no reading to fall back on: the search aligns them with each learnware as its spec
+    agrees most, and past the cost cap the placeholder is dropped, not refitted in an order
+    nobody chose. The reason says labels, not codes."""
+    three = ("negative", "neutral", "positive")
+    user = ["mécontent", "bof", "ravi"]
+    plan = realignments(
+        user, [(list(three), 2), (["x", "y", "z"], 1)], lambda a, b: np.zeros((len(a), len(b)))
+    )
+    assert [r.search_only for r in plan] == [True, True]
+    members = {
+        plan[0].label_set: [(1, np.full(4, 1.0), list(three)), (2, np.full(4, 2.0), list(three))],
+        plan[1].label_set: [(7, np.full(4, 7.0), ["x", "y", "z"])],
+    }
+    flipped = np.eye(3)[::-1]  # the user's first class is the learnware's last
+    searched = with_searched(
+        plan, lambda r: members[r.label_set], lambda chosen: [flipped for _ in chosen], limit=2
+    )
+    assert [(r.names, r.learnwares, r.search_only) for r in searched] == [
+        (("positive", "neutral", "negative"), frozenset({1, 2}), False)
+    ]
+    own = [Candidate(1, 0.01, three), Candidate(2, 0.02, three)]
+    scored = with_alignment(own, [Candidate(2, 0.25, three, reading=True, searched=True)])
+    top = rank_for_task(by_tier(scored, user), user)[0]
+    assert top.id == 2 and top.reason(0, user, three).endswith(
+        "(your task's spec refitted under its label names, your labels aligned with its classes as its spec "
+        "agrees most)"
     )

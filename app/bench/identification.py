@@ -915,9 +915,9 @@ def render_markdown(result: dict[str, Any]) -> str:
         "",
         "Tiers by what a learnware can answer, then the spec's cosine (where no learnware answers "
         "the user's labels by name, with the user's spec refitted under a learnware's own names: "
-        "as their meaning maps the user's, for two labels the way round that fits, for numbered "
-        "codes of more labels in the alignment with each learnware's classes that its own spec "
-        "agrees with most, where that stands above every own cosine), the top "
+        "as their meaning maps the user's, for two labels the way round that fits, for codes or "
+        "names their meaning does not map of more labels in the alignment with each learnware's "
+        "classes that its own spec agrees with most, where that stands above every own cosine), the top "
         f"{SHOT_CHECK_K} distinct candidates ({SHOT_CHECK_K_UNNAMED} where none answers the user's "
         "labels by name) checked on the user's examples (not for spec-only users) under the label "
         "map the dock chooses, ordered by the mean log-probability they give the user's labels, less "

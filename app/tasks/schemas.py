@@ -53,9 +53,9 @@ class MatchRead(BaseModel):
         "learnware's own label names: done where no learnware answers the task's labels by name "
         "(codes, another language, synonyms), under the map the names' meaning gives, or for two "
         "labels it does not map, under the better of both ways round (the absolute cosine); for "
-        "numbered codes of more labels, under the alignment of the codes with the learnware's classes "
-        "that its own spec agrees with most, counted only where that lifts it above every match's "
-        "own score (`reason` says which)",
+        "codes of more labels, or names of more labels whose meaning maps nothing, under the "
+        "alignment of the task's labels with the learnware's classes that its own spec agrees with "
+        "most, counted only where that lifts it above every match's own score (`reason` says which)",
     )
     name: str
     task_type: str

@@ -129,14 +129,16 @@ def test_serve_runs_the_dock_on_one_machine(
         with pytest.raises(ValueError, match="not one of the label names"):
             client.check_here(spec_only, reviews.texts[:1], ["great"])
     assert spec_only.n_examples == 0 and not any(m.checked for m in spec_only.matches)
-    assert here.checked == [ids["sst2"]] and not here.skipped
+    # Both can answer (trec through a map onto two of its six classes), both are run.
+    assert here.checked == [ids["sst2"], ids["trec"]] and not here.skipped
     sst2_runner = load_runner(extract_package(tfidf_packages["sst2"], tmp_path / "sst2-package"))
     sst2_accuracy = float(np.mean(sst2_runner.predict(reviews.texts).labels == reviews.labels))
     top_here = here.matches[0]
     assert top_here.learnware_id == ids["sst2"] and top_here.rank == 1 and top_here.checked
     assert top_here.shot_accuracy == pytest.approx(sst2_accuracy)
     assert f"checked on your {len(reviews)} examples" in top_here.reason
-    assert [m.tier for m in here.matches] == ["labels-by-name", "cannot-answer"]
+    assert [m.tier for m in here.matches] == ["labels-by-name", "label-map"]
+    assert here.matches[1].checked and here.matches[1].label_map_how == "examples"
     # Three of trec's six classes under other words: no learnware has these names, their meaning
     # alone does not decide the map, so the examples choose three of trec's classes, priced by the
     # names' reading of that map (they agree with it): less than the uniform price of one of 120.

@@ -87,3 +87,13 @@ def test_a_flood_of_copied_specs_does_not_displace_the_good_learnware(
     assert spec_only.status.value == "ready", spec_only.error
     assert spec_only.matches[0].learnware_id == good.learnware_id
     assert [m.spec_recomputed for m in spec_only.matches] == [True] + [False] * JUNK
+    # Checked on the user's own machine (`pavedock task --local`): with no spec vectors to tell
+    # the copies apart, the first five that can answer are run, four of them junk, and the good
+    # learnware stays first with the copies checked below it.
+    with DockClient(dock.url, user) as client:
+        here = client.check_here(spec_only, query.texts, [int(y) for y in query.labels])
+    assert len(here.checked) == 5 and not here.skipped
+    assert here.matches[0].learnware_id == good.learnware_id and here.matches[0].checked
+    assert all(
+        m.shot_accuracy is None or m.shot_accuracy < here.matches[0].shot_accuracy for m in here.matches[1:]
+    )

@@ -233,17 +233,22 @@ class DockClient:
         only (``local_spec=True``), whose examples the dock never saw and so could not check.
 
         The first ``k`` matches that can answer (``k_unnamed`` where none answers the labels by
-        name; by default as many as the dock's worker runs, `SHOT_CHECK_K` and `SHOT_CHECK_K_UNNAMED`) are downloaded (sha256 checked), extracted with the dock's own checks, loaded from
-        their weights alone (safetensors or ONNX; no code runs) and run on the examples; then
-        every match is re-ranked in the order the API documents (`MatchRead`), each with its
-        label map and reason. A match that cannot be downloaded or run stays unchecked, with the
-        reason in `LocalCheck.skipped`. ``progress(done, total, what)`` is called per learnware."""
+        name; by default as many as the worker runs, `SHOT_CHECK_K` and `SHOT_CHECK_K_UNNAMED`)
+        are downloaded (sha256 checked), extracted with the dock's own checks, loaded from their
+        weights alone (safetensors or ONNX; no code runs) and run on the examples; then every
+        match is re-ranked in the order the API documents (`MatchRead`), each with its label map
+        and reason. A match that cannot be downloaded or run stays unchecked, with the reason in
+        `LocalCheck.skipped`. ``progress(done, total, what)`` is called per learnware."""
+        import numpy as np
+
         from app.ml.errors import InputError
         from app.ml.packages import extract_package
         from app.ml.ranking import (
             SHOT_CHECK_K,
             SHOT_CHECK_K_UNNAMED,
             Candidate,
+            LabelMap,
+            ShotScore,
             check_count,
             check_predicted,
             choose_checked,
@@ -258,8 +263,6 @@ class DockClient:
             raise ValueError(f"task {result.id}'s matches were already checked by the dock")
         if len(texts) != len(labels):
             raise ValueError(f"{len(labels)} labels for {len(texts)} texts")
-        import numpy as np
-
         truth = np.asarray(_label_ids(labels, names), dtype=np.int64)
         by_id = {m.learnware_id: m for m in result.matches}
         # The dock's order is its `by_tier` order for a task it could not check, which is what
@@ -275,9 +278,11 @@ class DockClient:
             SHOT_CHECK_K_UNNAMED if k_unnamed is None else k_unnamed,
         )
         chosen = choose_checked(candidates, names, {}, count)
-        space = self._local_space() if chosen else None
-        maps: dict[int, Any] = {}
-        shots: dict[int, Any] = {}
+        if not chosen:
+            return LocalCheck(matches=list(result.matches), checked=[], skipped={})
+        space = self._local_space()
+        maps: dict[int, LabelMap | None] = {}
+        shots: dict[int, ShotScore | None] = {}
         skipped: dict[int, str] = {}
         with tempfile.TemporaryDirectory(prefix="pavedock-check-") as tmp:
             for done, learnware_id in enumerate(chosen, start=1):
@@ -287,7 +292,6 @@ class DockClient:
                     zip_path = self.download(learnware_id, Path(tmp))
                     package = extract_package(zip_path, Path(tmp) / f"learnware-{learnware_id}")
                     predicted = load_runner(package).predict(list(texts))
-                    assert space is not None
                     checked = check_predicted(
                         names,
                         by_id[learnware_id].label_names,
@@ -302,7 +306,7 @@ class DockClient:
                     maps[learnware_id], shots[learnware_id] = checked
                 except (DockAPIError, InputError, OSError, RuntimeError, ValueError) as error:
                     skipped[learnware_id] = str(error)
-            if progress is not None and chosen:
+            if progress is not None:
                 progress(len(chosen), len(chosen), "done")
         ranked = rank_for_task(candidates, names, maps=maps, shots=shots)
         matches = [

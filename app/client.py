@@ -250,11 +250,10 @@ class DockClient:
             LabelMap,
             ShotScore,
             check_count,
-            check_predicted,
             choose_checked,
             rank_for_task,
         )
-        from app.ml.runners import load_runner
+        from app.ml.shot_check import check_package
 
         names = list(result.label_names)
         if not names:
@@ -291,18 +290,7 @@ class DockClient:
                 try:
                     zip_path = self.download(learnware_id, Path(tmp))
                     package = extract_package(zip_path, Path(tmp) / f"learnware-{learnware_id}")
-                    predicted = load_runner(package).predict(list(texts))
-                    checked = check_predicted(
-                        names,
-                        by_id[learnware_id].label_names,
-                        predicted.labels,
-                        predicted.probs,
-                        truth,
-                        name_similarity=space.name_similarity,
-                        temperature=space.config.temperature,
-                    )
-                    if checked is None:
-                        raise ValueError("no label map applies to your labels")
+                    checked = check_package(package, texts, truth, names, space)
                     maps[learnware_id], shots[learnware_id] = checked
                 except (DockAPIError, InputError, OSError, RuntimeError, ValueError) as error:
                     skipped[learnware_id] = str(error)

@@ -25,9 +25,9 @@ from app.ml.ranking import (
     Candidate,
     LabelMap,
     ShotScore,
-    check_predicted,
     choose_checked,
 )
+from app.ml.shot_check import check_package
 
 if TYPE_CHECKING:
     from app.ml.spec_space import SpecSpace  # torch-heavy: only in workers
@@ -47,8 +47,6 @@ def shot_check(
     A learnware that cannot be run (its package is gone or no longer loads) is left unchecked,
     with a line in the job's log: the check never fails the identification.
     """
-    from app.ml.runners import load_runner  # torch-heavy: only in workers
-
     pool = list(candidates[: 4 * k])
     with ctx.runtime.db.session() as session:
         vectors = learnwares.spec_vectors(session, [c.id for c in pool])
@@ -62,25 +60,7 @@ def shot_check(
             if learnware_id not in packages:
                 raise InvalidPackage(f"learnware {learnware_id} is no longer ready")
             with extracted(ctx.runtime, packages[learnware_id], label=f"job-{ctx.claim.job_id}") as package:
-                runner = load_runner(package)
-                predicted = runner.predict(list(texts))
-            model_names = list(runner.label_names)
-            checked = check_predicted(
-                label_names,
-                model_names,
-                predicted.labels,
-                predicted.probs,
-                labels,
-                name_similarity=space.name_similarity,
-                temperature=space.config.temperature,
-            )
-            if checked is None:
-                raise InvalidInput(
-                    f"learnware {learnware_id} has fewer classes than the task's labels"
-                    if len(model_names) < len(label_names)
-                    else f"learnware {learnware_id}: no label map to go by (its labels are not "
-                    "yours by name, and their meaning was not read)"
-                )
+                checked = check_package(package, texts, labels, label_names, space)
             maps[learnware_id], scores[learnware_id] = checked
         except (InvalidPackage, InvalidInput, OSError, RuntimeError, ValueError) as error:
             ctx.log(f"shot check skipped learnware {learnware_id}: {error}")

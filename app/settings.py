@@ -119,6 +119,11 @@ class Settings(BaseSettings):
     shot_check_k_unnamed: int = Field(default=20, ge=0)
     """How many it runs when no match answers the task's labels by name (codes, another language):
     the spec then says less, so the check looks wider (`app.ml.ranking.SHOT_CHECK_K_UNNAMED`)."""
+    shot_check_loaded_models: int = Field(default=24, ge=0)
+    """A worker process keeps this many of the models it checked last loaded, so a task that checks
+    them again does not fetch, extract and load them again (0: load each time). A MiniLM-sized
+    classifier holds ~90 MB; a TF-IDF ONNX model a few MB; LoRA and pooled-linear models share
+    their base (docs/benchmarks/task-latency.md)."""
 
     job_max_attempts: int = 3
     job_heartbeat_s: float = 5.0

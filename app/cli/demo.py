@@ -3,6 +3,9 @@
 Trains a few learnwares on real datasets (TF-IDF ONNX models and linear heads on MiniLM, a
 LoRA adapter with ``--lora``), submits them as a developer, waits until they are indexed, then
 posts a few-shot task from one dataset's test split as a user and prints the ranking.
+``--market wide`` trains one learnware per text dataset instead (25 with the shared datasets):
+a market where a user's task has many candidates of its number of classes, so the shot check runs
+as many as it would in a real one (``pavedock bench tasks`` times it).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ MARKET: list[tuple[str, str]] = [
     ("sms_spam", "linear"),
     ("tweet_emotion", "tfidf"),
 ]
+MARKETS = ("small", "wide")
 LORA_ENTRY = ("snips", "lora")
 QUERY_TASK = "ag_news"
 TRAIN_LIMIT = 2000
@@ -59,6 +63,19 @@ def build_learnware(datasets: Path, name: str, family: str, out: Path) -> Path:
     return trainers[family]()
 
 
+def market_entries(datasets: Path, market: str) -> list[tuple[str, str]]:
+    """The (dataset, family) pairs of a demo market: ``small`` is `MARKET`; ``wide`` is one
+    learnware per text dataset, linear heads on MiniLM and TF-IDF models in turn (half of the
+    checked candidates are then transformers classifiers, the costlier kind to run)."""
+    if market == "small":
+        return list(MARKET)
+    if market == "wide":
+        from app.ml.data import text_task_names
+
+        return [(name, ("linear", "tfidf")[i % 2]) for i, name in enumerate(text_task_names(datasets))]
+    raise SystemExit(f"unknown market {market!r}: choose one of {', '.join(MARKETS)}")
+
+
 def _keys(url: str, admin_key: str | None) -> tuple[str, str]:
     if admin_key:
         with DockClient(url, admin_key) as admin:
@@ -79,7 +96,14 @@ def _job_bar(report: Progress) -> Callable[[JobRead], None]:
 
 
 def run_demo(
-    *, url: str, admin_key: str | None, datasets: Path | None, lora: bool, cache: Path, console: Console
+    *,
+    url: str,
+    admin_key: str | None,
+    datasets: Path | None,
+    lora: bool,
+    cache: Path,
+    console: Console,
+    market: str = "small",
 ) -> None:
     from app.ml.data import few_shot, load_task
 
@@ -96,11 +120,13 @@ def run_demo(
     if ready.get("status") != "ready":
         raise SystemExit(f"the dock at {url} is not ready: {json.dumps(ready.get('checks'))}")
     developer, user = _keys(url, admin_key)
-    market = [*MARKET, LORA_ENTRY] if lora else MARKET
+    entries = market_entries(data, market)
+    if lora:
+        entries.append(LORA_ENTRY)
     cache.mkdir(parents=True, exist_ok=True)
     submitted: list[tuple[str, int, int]] = []
     with DockClient(url, developer) as dev:
-        for name, family in market:
+        for name, family in entries:
             console.print(f"training the {family} learnware for {name} …")
             package = build_learnware(data, name, family, cache / f"{name}-{family}.zip")
             try:
@@ -167,9 +193,15 @@ def demo(
         ),
     ] = None,
     lora: Annotated[bool, typer.Option(help="add a LoRA learnware (a few minutes more on a CPU)")] = False,
+    market: Annotated[
+        str,
+        typer.Option(help="small: five learnwares; wide: one per text dataset (25, ~20 min on a CPU)"),
+    ] = "small",
     cache: Annotated[Path, typer.Option(help="where the trained demo packages are kept")] = Path(
         ".cache/pavedock/demo"
     ),
 ) -> None:
     """Seed a running dock with a small real market (trained on real datasets), then identify."""
-    run_demo(url=url, admin_key=key, datasets=datasets, lora=lora, cache=cache, console=console)
+    run_demo(
+        url=url, admin_key=key, datasets=datasets, lora=lora, cache=cache, console=console, market=market
+    )

@@ -14,10 +14,12 @@ from app.ml.progress import Progress
 def progress_bar(description: str, unit: str = "step") -> Iterator[Progress]:
     """A bar drawn from the first report on: an operation that fails or ends first draws none."""
     bars: list[tqdm] = []
+    # A job's percent has no rate worth showing (one that was done already reads millions of %/s).
+    layout = "{l_bar}{bar}| [{elapsed}{postfix}]" if unit == "%" else None
 
     def report(done: int, total: int, message: str) -> None:
         if not bars:
-            bars.append(tqdm(desc=description, unit=unit, dynamic_ncols=True, total=total))
+            bars.append(tqdm(desc=description, unit=unit, dynamic_ncols=True, total=total, bar_format=layout))
         bar = bars[0]
         bar.total = total
         bar.n = done

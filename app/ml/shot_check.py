@@ -17,6 +17,7 @@ from app.ml.ranking import LabelMap, ShotScore, check_predicted
 
 if TYPE_CHECKING:
     from app.ml.packages import LearnwarePackage
+    from app.ml.runners.base import Runner
     from app.ml.spec_space import SpecSpace
 
 
@@ -28,12 +29,22 @@ def check_package(
     space: SpecSpace,
 ) -> tuple[LabelMap, ShotScore]:
     """Load the package's model from its weights alone (`load_runner`: safetensors or ONNX, no
-    code runs), run it on ``texts`` and score it against ``labels`` (ids into ``user_names``)
-    under the label map the dock chooses (`check_predicted`, with ``space``'s names' similarity
-    and head temperature). Raises InvalidInput when no map applies."""
+    code runs) and `check_runner` it. Raises InvalidInput when no map applies."""
     from app.ml.runners import load_runner  # torch-heavy
 
-    runner = load_runner(package)
+    return check_runner(load_runner(package), texts, labels, user_names, space)
+
+
+def check_runner(
+    runner: Runner,
+    texts: Sequence[str],
+    labels: np.ndarray,
+    user_names: Sequence[str],
+    space: SpecSpace,
+) -> tuple[LabelMap, ShotScore]:
+    """Run a loaded model on ``texts`` and score it against ``labels`` (ids into ``user_names``)
+    under the label map the dock chooses (`check_predicted`, with ``space``'s names' similarity
+    and head temperature). Raises InvalidInput when no map applies."""
     predicted = runner.predict(list(texts))
     model_names = list(runner.label_names)
     checked = check_predicted(

@@ -78,8 +78,6 @@ def fit_and_identify(ctx: JobContext) -> None:
         )
     check = check_count(candidates, label_names, settings.shot_check_k, settings.shot_check_k_unnamed)
     maps, shots = shot_check(ctx, space, candidates, texts, labels, label_names, check) if check else ({}, {})
-    if check:
-        ctx.log(f"shot check: {len(shots)} matches run on the examples")
     ranked = rank_for_task(candidates, label_names, maps=maps, shots=shots)
     with ctx.runtime.db.session() as session:
         task = _task(session, ctx)

@@ -497,11 +497,13 @@ def run_identification_benchmark(
     extras: bool = True,
     market_seed: int = 0,
     only_kinds: Sequence[str] = (),
+    wide_check: int = 0,
 ) -> dict[str, Any]:
     """Run the benchmark, write ``out`` (JSON), ``out.md`` and ``out.png``; return the results.
     ``market_seed`` builds another market of the same tasks (its own cache folder);
     ``only_kinds`` keeps those kinds of user task (all when empty: a partial run's mean over
-    kinds is not the headline)."""
+    kinds is not the headline); ``wide_check`` > 0 also ranks every user whose examples reach the
+    dock with that many candidates checked whether or not one answers by name."""
     if profile_name not in PROFILES:
         raise ValueError(f"unknown profile {profile_name!r}; known: {sorted(PROFILES)}")
     unknown = sorted(set(only_kinds) - set(kinds.KINDS))
@@ -560,6 +562,7 @@ def run_identification_benchmark(
     realign_seconds: list[tuple[int, float, int]] = []
     kind_users: list[dict[str, Any]] = []
     here_rows: list[tuple[kinds.User, dict[str, float]]] = []
+    wide_rows: list[tuple[kinds.User, dict[str, float]]] = []
     for user in tqdm(
         list(kinds.users(market, profile.seeds, chosen_kinds)), desc="users: as the service ranks"
     ):
@@ -567,11 +570,24 @@ def run_identification_benchmark(
         vector = fit_pave_spec(
             space, shots.texts, shots.labels, shots.label_names, kind="task", recipe=default
         ).vector
+        checks: dict[int, Any] = {}
         ranked = kinds.service_ranking(
-            market, user, vector, pave_specs, space, realign_seconds=realign_seconds
+            market, user, vector, pave_specs, space, realign_seconds=realign_seconds, checks=checks
         )
         metrics = kinds.measure(market, user, ranked)
         kind_rows.append((user, metrics))
+        if wide_check and not user.spec_only:
+            ranked_wide = kinds.service_ranking(
+                market,
+                user,
+                vector,
+                pave_specs,
+                space,
+                shot_check_k=wide_check,
+                shot_check_k_unnamed=max(wide_check, SHOT_CHECK_K_UNNAMED),
+                checks=checks,
+            )
+            wide_rows.append((user, kinds.measure(market, user, ranked_wide)))
         here: dict[str, Any] = {}
         if user.spec_only:  # and as `pavedock task --local` shows it, checked on the user's machine
             ranked_here = kinds.service_ranking(
@@ -645,6 +661,7 @@ def run_identification_benchmark(
         "benchmark": "identification",
         "kinds": by_kind,
         "spec_only_checked_here": spec_only_here,
+        "wide_check": {"k": wide_check, "kinds": kinds.summarise(wide_rows)} if wide_rows else None,
         "kind_users": kind_users,
         "profile": asdict(profile),
         "market_seed": market_seed,
@@ -654,6 +671,7 @@ def run_identification_benchmark(
         + (f" --head {head}" if head else "")
         + ("" if extras else " --no-extras")
         + (f" --market-seed {market_seed}" if market_seed else "")
+        + (f" --wide-check {wide_check}" if wide_check else "")
         + "".join(f" --kind {k!r}" for k in only_kinds),
         "summary": summary,
         **{k: summary[k] for k in summary},
@@ -900,6 +918,46 @@ def _checked_here_lines(here: dict[str, float] | None) -> list[str]:
     ]
 
 
+def _wide_check_lines(result: dict[str, Any]) -> list[str]:
+    """Each kind under the service's check beside a wider one (``--wide-check``): the same users,
+    spec-only ones left out (the dock checks nothing for them)."""
+    wide = result.get("wide_check")
+    if not wide:
+        return []
+    kinds_checked = [k for k in wide["kinds"] if k != "mean over kinds"]
+    service = {k: result["kinds"][k] for k in kinds_checked}
+    service["mean over kinds"] = {
+        key: float(np.nanmean([service[k][key] for k in kinds_checked]))
+        for key in ("oracle_agreement_at1", "normalized_accuracy", "quality_filter")
+    }
+    rows = []
+    for kind, v in wide["kinds"].items():
+        now = service[kind]
+        rows.append(
+            [
+                kind,
+                int(v["users"]),
+                f"{_pm(now, 'normalized_accuracy')} → {_pm(v, 'normalized_accuracy')}",
+                f"{_pm(now, 'oracle_agreement_at1')} → {_pm(v, 'oracle_agreement_at1')}",
+                f"{_pm(now, 'quality_filter')} → {_pm(v, 'quality_filter')}",
+            ]
+        )
+    return [
+        f"## A wider check: {wide['k']} candidates for every user (service's check → wider)",
+        "",
+        f"The same users as above (spec-only users left out: the dock runs nothing for them), with "
+        f"{wide['k']} candidates checked on the examples whether or not one answers the user's "
+        f"labels by name (the service checks {SHOT_CHECK_K} when one does); both means over "
+        "these kinds.",
+        "",
+        md_table(
+            ["kind of user task", "users", "normalised accuracy", "oracle agreement@1", "quality filter"],
+            rows,
+        ),
+        "",
+    ]
+
+
 def render_markdown(result: dict[str, Any]) -> str:
     s = result["summary"]
     lines = [
@@ -950,6 +1008,7 @@ def render_markdown(result: dict[str, Any]) -> str:
         ),
         "",
         *_checked_here_lines(result.get("spec_only_checked_here")),
+        *_wide_check_lines(result),
         "## Cosine rankings (users who name the classes as the learnwares do; mean over tasks and seeds)",
         "",
         md_table(

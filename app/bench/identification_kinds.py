@@ -242,6 +242,7 @@ def service_ranking(
     shot_check_k_unnamed: int = SHOT_CHECK_K_UNNAMED,
     realign_seconds: list[tuple[int, float, int]] | None = None,
     checked_here: int = 0,
+    checks: dict[int, tuple[LabelMap, ShotScore] | None] | None = None,
 ) -> list[Ranked]:
     """The dock's order for this user: tiers and cosine, then the shot check (not for spec-only
     users), through the same functions the service's worker calls, with label names compared by
@@ -250,7 +251,10 @@ def service_ranking(
 
     ``checked_here``: for a spec-only user, the order `pavedock task --local` shows instead: the
     dock's first ``checked_here`` matches checked on the user's machine (`DockClient.check_here`:
-    the same check, with no spec vectors to tell copies apart, on the dock's order)."""
+    the same check, with no spec vectors to tell copies apart, on the dock's order).
+
+    ``checks``: the check's results by learnware, kept between calls for the same user (a
+    ranking under another check width runs only the learnwares the first did not)."""
     from app.ml.identify import rank_specs
 
     names = list(user.shots.label_names)
@@ -274,11 +278,12 @@ def service_ranking(
         if user.spec_only and not checked_here
         else check_count(candidates, names, shot_check_k, shot_check_k_unnamed)
     )
-    if check:
-        for lw_id in choose_checked(candidates, names, vectors, check):
+    done = {} if checks is None else checks
+    for lw_id in choose_checked(candidates, names, vectors, check) if check else ():
+        if lw_id not in done:
             lw = market.learnwares[lw_id]
             predicted = market.predict(lw, user.shots.texts)
-            checked = check_predicted(
+            done[lw_id] = check_predicted(
                 names,
                 lw.label_names,
                 predicted.labels,
@@ -287,8 +292,8 @@ def service_ranking(
                 name_similarity=space.name_similarity,
                 temperature=space.config.temperature,
             )
-            if checked is not None:
-                maps[lw_id], shots[lw_id] = checked
+        if (checked := done[lw_id]) is not None:
+            maps[lw_id], shots[lw_id] = checked
     return rank_for_task(candidates, names, maps=maps, shots=shots)
 
 

@@ -102,6 +102,13 @@ def bench_identify(
             "mean over kinds needs)"
         ),
     ] = None,
+    wide_check: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="also rank every user with this many candidates checked, named or not (0: off)",
+        ),
+    ] = 0,
 ) -> None:
     """The identification benchmark of BENCHMARK.md (kinds of user task as the service ranks; PAVE,
     PAVE♣, RKME; beyond; cost; steps curve)."""
@@ -116,6 +123,7 @@ def bench_identify(
         extras=extras,
         market_seed=market_seed,
         only_kinds=tuple(kind or ()),
+        wide_check=wide_check,
     )
     typer.echo(json.dumps(result["summary"], indent=2))
 

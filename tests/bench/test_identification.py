@@ -18,7 +18,7 @@ SCORES = ("oracle_agreement_at1", "normalized_accuracy", "quality_filter", "hit_
 
 def test_smoke_profile_writes_every_key_the_issue_asks_for(datasets_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "identify.json"
-    result = run_identification_benchmark("smoke", out, datasets_dir, tmp_path / "cache")
+    result = run_identification_benchmark("smoke", out, datasets_dir, tmp_path / "cache", wide_check=20)
     saved = json.loads(out.read_text())
     assert saved["normalized_accuracy"] == result["normalized_accuracy"]
     assert {"pave", "pave_labels", "pave_club", "rkme"} <= set(METHODS)
@@ -64,6 +64,15 @@ def test_smoke_profile_writes_every_key_the_issue_asks_for(datasets_dir: Path, t
     assert all(0.0 <= u["checked_here"]["normalized_accuracy"] <= 1.0 + 1e-9 for u in spec_only_users)
     assert all(u["checked_here"]["top1"] for u in spec_only_users)
     assert "pavedock task --local" in (tmp_path / "identify.md").read_text()
+    # The same users under a wider check (20 candidates, named or not), beside the service's:
+    # every kind whose examples reach the dock, each with the users the service ranked.
+    wide = saved["wide_check"]
+    assert wide["k"] == 20 and "spec only" not in wide["kinds"]
+    assert {k: v["users"] for k, v in wide["kinds"].items() if k != "mean over kinds"} == {
+        k: v["users"] for k, v in kinds.items() if k not in ("spec only", "mean over kinds")
+    }
+    assert "## A wider check: 20 candidates" in (tmp_path / "identify.md").read_text()
+    assert "--wide-check 20" in saved["command"]
     variants = {lw["variant"] for lw in saved["learnwares"]}
     assert variants == {"good", "corrupted", "noisy", "small"}
     # A corrupted twin is bad under every label map, not an inverted classifier (the smoke

@@ -276,7 +276,10 @@ class DockClient:
             SHOT_CHECK_K if k is None else k,
             SHOT_CHECK_K_UNNAMED if k_unnamed is None else k_unnamed,
         )
-        chosen = choose_checked(candidates, names, {}, count)
+        # The dock marks the matches whose specs are near-identical (`spec_copy_of`): one of each
+        # group is run, as in the dock's own check, so a flood of copies cannot fill this one.
+        copies = {m.learnware_id: m.spec_copy_of for m in result.matches if m.spec_copy_of is not None}
+        chosen = choose_checked(candidates, names, {}, count, copies=copies)
         if not chosen:
             return LocalCheck(matches=list(result.matches), checked=[], skipped={})
         space = self._local_space()

@@ -251,7 +251,7 @@ def service_ranking(
 
     ``checked_here``: for a spec-only user, the order `pavedock task --local` shows instead: the
     dock's first ``checked_here`` matches checked on the user's machine (`DockClient.check_here`:
-    the same check, with no spec vectors to tell copies apart, on the dock's order).
+    the same check on the dock's order, copies told apart by the marks the dock puts on them).
 
     ``checks``: the check's results by learnware, kept between calls for the same user (a
     ranking under another check width runs only the learnwares the first did not)."""
@@ -271,8 +271,9 @@ def service_ranking(
     maps: dict[int, LabelMap | None] = {}
     shots: dict[int, ShotScore | None] = {}
     vectors: dict[int, np.ndarray] = pool
-    if user.spec_only and checked_here:
-        candidates, vectors = candidates[:checked_here], {}
+    if user.spec_only and checked_here:  # the dock's shown matches, its copies marked (`spec_copy_of`)
+        candidates = candidates[:checked_here]
+        vectors = {c.id: pool[c.id] for c in candidates if c.id in pool}
     check = (
         0
         if user.spec_only and not checked_here

@@ -976,43 +976,53 @@ def originals_first(
     return [cand for _, _, members in groups for cand in sorted(members, key=lambda c: c.id)]
 
 
+def near_copies(
+    ids: Sequence[int], vectors: Mapping[int, np.ndarray], duplicate_cosine: float = DUPLICATE_COSINE
+) -> dict[int, int]:
+    """Of ``ids`` in rank order, those whose spec is at least ``duplicate_cosine`` close to an
+    earlier one's, each with the first such earlier id (its group's head): copies, floods. An id
+    without a vector is nobody's copy."""
+    heads: list[tuple[int, np.ndarray]] = []
+    copies: dict[int, int] = {}
+    for i in ids:
+        vector = vectors.get(i)
+        if vector is None:
+            continue
+        unit = _unit(vector)
+        head = next((h for h, u in heads if float(u @ unit) >= duplicate_cosine), None)
+        if head is None:
+            heads.append((i, unit))
+        else:
+            copies[i] = head
+    return copies
+
+
 def choose_checked(
     ordered: Sequence[Candidate],
     user_names: Sequence[str],
     vectors: Mapping[int, np.ndarray],
     k: int = SHOT_CHECK_K,
     *,
+    copies: Mapping[int, int] | None = None,
     duplicate_cosine: float = DUPLICATE_COSINE,
     per_cluster: int = PER_CLUSTER,
 ) -> list[int]:
     """The candidates the shot check runs: the first ``k`` of ``ordered`` that can answer, at most
-    ``per_cluster`` of each group of near-identical specs (``vectors`` by id; a candidate without
-    a vector counts as unique). So k copies of one spec cannot fill the check."""
+    ``per_cluster`` of each group of near-identical specs (`near_copies` of ``vectors`` by id, or
+    the groups given as ``copies``, id → its group's head, where the specs are not at hand: a
+    client checking a spec-only task's matches). So k copies of one spec cannot fill the check."""
+    answering = [c.id for c in ordered if tier_of(user_names, c.label_names) != Tier.CANNOT]
+    heads = near_copies(answering, vectors, duplicate_cosine) if copies is None else copies
     chosen: list[int] = []
-    units: dict[int, np.ndarray] = {}
-    clusters: list[list[int]] = []
-    for cand in ordered:
+    taken: dict[int, int] = {}
+    for i in answering:
         if len(chosen) >= k:
             break
-        if tier_of(user_names, cand.label_names) == Tier.CANNOT:
+        head = heads.get(i, i)
+        if taken.get(head, 0) >= per_cluster:
             continue
-        vector = vectors.get(cand.id)
-        if vector is None:
-            chosen.append(cand.id)
-            continue
-        unit = _unit(vector)
-        home = next(
-            (c for c in clusters if float(units[c[0]] @ unit) >= duplicate_cosine),
-            None,
-        )
-        if home is None:
-            clusters.append([cand.id])
-        elif len(home) >= per_cluster:
-            continue
-        else:
-            home.append(cand.id)
-        units[cand.id] = unit
-        chosen.append(cand.id)
+        taken[head] = taken.get(head, 0) + 1
+        chosen.append(i)
     return chosen
 
 

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from app.api.types import MAX_SHOTS, ClassId, Label, Shot
 from app.db.models import TaskStatus
+from app.ml.ranking import DUPLICATE_COSINE
 
 
 class TaskCreate(BaseModel):
@@ -119,6 +120,12 @@ class MatchRead(BaseModel):
         default=None,
         description="its spec was fitted by the dock to the model's own predictions (true) or is "
         "the developer's uploaded spec, checked for its space, shape and values only (false)",
+    )
+    spec_copy_of: int | None = Field(
+        default=None,
+        description="the learnware listed above it whose spec its own is near-identical to (cosine "
+        f"≥ {DUPLICATE_COSINE}: a copy, or one of many alike); the shot check, the dock's or a client's "
+        "(`pavedock task --local`), runs one of each such group, so copies cannot fill it",
     )
     reason: str = Field(default="", description="why it ranks where it does, in one line")
     tags: list[str]

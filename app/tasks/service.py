@@ -26,6 +26,7 @@ from app.ml.ranking import (
     as_ranked,
     by_tier,
     label_set,
+    near_copies,
     originals_first,
     rank_for_task,
     with_alignment,
@@ -187,8 +188,12 @@ def find_candidates(
 def present(
     session: Session, ranked: Sequence[Ranked], label_names: Sequence[str], n_examples: int = 0
 ) -> list[dict[str, Any]]:
-    """The matches as the API returns them (`MatchRead`), each with why it is where it is."""
-    rows = learnwares.ready_by_ids(session, [r.id for r in ranked])
+    """The matches as the API returns them (`MatchRead`), each with why it is where it is, and
+    which of them have near-identical specs (`near_copies`: a client checking a spec-only task's
+    matches runs one of each group, as the dock's own check does)."""
+    ids = [r.id for r in ranked]
+    rows = learnwares.ready_by_ids(session, ids)
+    copies = near_copies(ids, learnwares.spec_vectors(session, ids))
     wanted = label_set(label_names)
     results: list[dict[str, Any]] = []
     for match in ranked:
@@ -196,6 +201,12 @@ def present(
         if learnware is None:  # deleted while the task ran
             continue
         names = list(learnware.label_names)
+        why = match.fields(label_names, names, n_examples)
+        if match.id in copies:
+            why["reason"] = (
+                f"{why['reason']}; its spec is near-identical to learnware {copies[match.id]}'s, "
+                "listed above (a copy, or one of many alike: one of them is checked)"
+            )
         results.append(
             {
                 "rank": len(results) + 1,
@@ -206,7 +217,8 @@ def present(
                 "label_names": names,
                 "labels_match": bool(wanted) and label_set(names) == wanted,
                 "spec_recomputed": learnware.spec_recomputed,
-                **match.fields(label_names, names, n_examples),
+                "spec_copy_of": copies.get(match.id),
+                **why,
                 "tags": list(learnware.tags),
             }
         )

@@ -87,13 +87,17 @@ def test_a_flood_of_copied_specs_does_not_displace_the_good_learnware(
     assert spec_only.status.value == "ready", spec_only.error
     assert spec_only.matches[0].learnware_id == good.learnware_id
     assert [m.spec_recomputed for m in spec_only.matches] == [True] + [False] * JUNK
-    # Checked on the user's own machine (`pavedock task --local`): with no spec vectors to tell
-    # the copies apart, the first five that can answer are run, four of them junk, and the good
-    # learnware stays first with the copies checked below it.
+    # The dock marks the copies (to few-shot and spec-only users alike), and says so.
+    for result in (few, spec_only):
+        marked = [m for m in result.matches if m.spec_copy_of is not None]
+        assert {m.learnware_id for m in marked} == {m.learnware_id for m in junk}
+        assert all(m.spec_copy_of == good.learnware_id for m in marked)
+        assert all(f"near-identical to learnware {good.learnware_id}'s" in m.reason for m in marked)
+        assert result.matches[0].spec_copy_of is None
+    # Checked on the user's own machine (`pavedock task --local`): one of each group of copies is
+    # run, as in the dock's own check, so the ten junk copies take no place of the check.
     with DockClient(dock.url, user) as client:
         here = client.check_here(spec_only, query.texts, [int(y) for y in query.labels])
-    assert len(here.checked) == 5 and not here.skipped
+    assert here.checked == [good.learnware_id] and not here.skipped
     assert here.matches[0].learnware_id == good.learnware_id and here.matches[0].checked
-    assert all(
-        m.shot_accuracy is None or m.shot_accuracy < here.matches[0].shot_accuracy for m in here.matches[1:]
-    )
+    assert not any(m.checked for m in here.matches[1:])

@@ -32,6 +32,7 @@ from app.ml.ranking import (
     map_cost,
     names_log_prior,
     names_map_nats,
+    near_copies,
     originals_first,
     rank_for_task,
     reading_nats,
@@ -875,3 +876,24 @@ def test_names_that_map_nothing_are_aligned_by_the_search_or_not_at_all() -> Non
         "(your task's spec refitted under its label names, your labels aligned with its classes as its spec "
         "agrees most)"
     )
+
+
+def test_near_copies_name_each_copy_s_group_head_and_a_client_checks_one_of_each() -> None:
+    """What the API marks as `spec_copy_of`, and how a client without the specs uses it."""
+    rng = np.random.default_rng(1)
+    good, other = np.sign(rng.standard_normal(64)), np.sign(rng.standard_normal(64))
+    near = good.copy()
+    near[:2] *= -1  # two of 64 signs flipped: cosine 0.94, just under the mark
+    vectors = {1: good, 10: good, 11: good.copy(), 2: other, 12: -other, 13: near}
+    assert near_copies([1, 10, 11, 2, 12, 13, 99], vectors) == {10: 1, 11: 1}
+    assert near_copies([10, 1], vectors) == {1: 10}  # the head is whichever is listed first
+    names = ("ham", "spam")
+    ordered = [Candidate(i, 0.5, names) for i in (1, 10, 11, 2, 13)]
+    marks = near_copies([c.id for c in ordered], vectors)
+    assert choose_checked(ordered, list(names), {}, k=5, copies=marks) == [1, 2, 13]
+    assert choose_checked(ordered, list(names), {}, k=5, copies=marks) == choose_checked(
+        ordered, list(names), vectors, k=5
+    )
+    # A copy of a learnware that cannot answer (fewer classes than the user's) still gets a place.
+    mixed = [Candidate(3, 0.9, ("only",)), *ordered[1:3]]
+    assert choose_checked(mixed, list(names), {}, k=5, copies={10: 3, 11: 3}) == [10]

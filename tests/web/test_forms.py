@@ -170,9 +170,16 @@ def test_a_map_the_examples_chose_shows_its_cost_and_older_results_still_render(
                 "label_map_how": "examples",
                 "shot_log_likelihood": -0.42,
                 "shot_map_cost": 0.17,
+                "spec_recomputed": False,
+                "spec_copy_of": 7,
+                "reason": "checked on your 4 examples: 75% right",
             }
         ]
     page = client.get(f"/tasks/{task_id}")
+    # Whose spec it is, whether it copies one listed above, and why it ranks where it does.
+    assert "the developer's, not fitted by the dock" in page.text
+    assert 'near-identical to that of <a href="/learnwares/7">learnware 7</a>' in page.text
+    assert "Why here: checked on your 4 examples: 75% right" in page.text
     assert "less the label map&#39;s cost" in page.text or "less the label map's cost" in page.text
     assert "-0.42 − 0.17 for the map your examples chose" in page.text
     assert "negative → 0" in page.text

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -114,3 +115,18 @@ def test_flowers_port_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     assert Settings(flower_url="http://localhost:5555/flower", flower_port=5602).flower_url == (
         "http://localhost:5602/flower"
     )
+
+
+def test_the_demo_markets(datasets_dir: Path) -> None:
+    """`pavedock demo`'s small market is its five; the wide one is one learnware per text dataset,
+    transformers classifiers and TF-IDF models in turn; another name is refused with the choices."""
+    from app.cli.demo import MARKET, market_entries
+    from app.ml.data import text_task_names
+
+    assert market_entries(datasets_dir, "small") == MARKET
+    wide = market_entries(datasets_dir, "wide")
+    assert [name for name, _ in wide] == text_task_names(datasets_dir) and len(wide) >= 20
+    assert {family for _, family in wide} == {"linear", "tfidf"}
+    assert all(a != b for (_, a), (_, b) in pairwise(wide))
+    with pytest.raises(SystemExit, match="choose one of small, wide"):
+        market_entries(datasets_dir, "huge")

@@ -195,7 +195,7 @@ def demo(
     lora: Annotated[bool, typer.Option(help="add a LoRA learnware (a few minutes more on a CPU)")] = False,
     market: Annotated[
         str,
-        typer.Option(help="small: five learnwares; wide: one per text dataset (25, ~20 min on a CPU)"),
+        typer.Option(help="small: five learnwares; wide: one per text dataset (25, ~10 min on a CPU)"),
     ] = "small",
     cache: Annotated[Path, typer.Option(help="where the trained demo packages are kept")] = Path(
         ".cache/pavedock/demo"

@@ -982,18 +982,19 @@ def near_copies(
     """Of ``ids`` in rank order, those whose spec is at least ``duplicate_cosine`` close to an
     earlier one's, each with the first such earlier id (its group's head): copies, floods. An id
     without a vector is nobody's copy."""
-    heads: list[tuple[int, np.ndarray]] = []
+    held = [i for i in ids if i in vectors]
+    if len(held) < 2:
+        return {}
+    units = np.stack([_unit(vectors[i]) for i in held])
+    close = (units @ units.T) >= duplicate_cosine  # one product for every pair (top_k ≤ 100)
+    heads: list[int] = []  # positions in ``held``
     copies: dict[int, int] = {}
-    for i in ids:
-        vector = vectors.get(i)
-        if vector is None:
-            continue
-        unit = _unit(vector)
-        head = next((h for h, u in heads if float(u @ unit) >= duplicate_cosine), None)
+    for position, i in enumerate(held):
+        head = next((h for h in heads if close[h, position]), None)
         if head is None:
-            heads.append((i, unit))
+            heads.append(position)
         else:
-            copies[i] = head
+            copies[i] = held[head]
     return copies
 
 

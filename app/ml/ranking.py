@@ -31,9 +31,10 @@ label map the examples chose (`map_cost`: the map's description length per examp
 larger model restricted to a few of its classes, one of many maps that could fit a handful of
 examples, does not win on a lucky fit, and a map the names argue against costs the most); then
 the unchecked ones that answer the user's labels by name, in cosine order; then checked matches
-that did no better than chance, by the same score; then the unchecked ones that would need a
-label map (none was chosen: the user could not read their answers), in cosine order; then those
-that cannot answer.
+that did no better than chance, in cosine order (a check no better than a guess is no evidence
+either way, so the spec decides among them: `rank_for_task`); then the unchecked ones that would
+need a label map (none was chosen: the user could not read their answers), in cosine order; then
+those that cannot answer.
 """
 
 from __future__ import annotations
@@ -1097,7 +1098,7 @@ class Ranked:
                 ""
                 if self.beats_chance
                 else f" (no better than chance, a uniform guess's {guess:.2f}: ranked after unchecked matches "
-                "that answer your labels by name)"
+                "that answer your labels by name, then by spec similarity)"
             )
             shots = f"your {n_examples} examples" if n_examples else "your examples"
             cost = (
@@ -1150,7 +1151,7 @@ def rank_for_task(
 ) -> list[Ranked]:
     """The final order (module docstring): checked and better than chance by shot score; the
     unchecked that answer the user's labels with a map (by name), in ``ordered``'s order (it must
-    be `by_tier`'s); checked but no better than chance, by shot score; the unchecked that would
+    be `by_tier`'s); checked but no better than chance, in ``ordered``'s order; the unchecked that would
     need a label map nobody chose, in ``ordered``'s order; those that cannot answer. Stable: equal
     scores keep ``ordered``'s order."""
     maps = maps or {}
@@ -1195,12 +1196,17 @@ def rank_for_task(
             reverse=True,
         )
 
-    # The checked ones no better than chance are ordered by their score as well: where nothing
-    # beats a guess, the least bad of what was run on the examples comes first, not the closest spec.
+    # The checked ones no better than chance keep the spec's order. Their scores are no evidence:
+    # where the examples cannot pin a map down (64 examples of a 77-intent task numbered otherwise
+    # than the model: each code seen once), every score is a guess's or worse, and the least bad
+    # is the model that commits to nothing (a twin trained on random labels, near-uniform, scores
+    # a guess's exactly, while the good one, sure of classes the map cannot yet name, scores below).
+    # Ordered by that score, the random twin came first for every such user of the identification
+    # benchmark (docs/benchmarks/identification.md, "Checks no better than chance").
     def in_order(g: int) -> list[Ranked]:
         return [r for r in ranked if group(r) == g]
 
-    return by_shot_score(0) + in_order(1) + by_shot_score(2) + in_order(3) + in_order(4)
+    return by_shot_score(0) + in_order(1) + in_order(2) + in_order(3) + in_order(4)
 
 
 def as_ranked(candidates: Sequence[Candidate]) -> list[Ranked]:

@@ -36,7 +36,7 @@ class MatchRead(BaseModel):
     better than chance (`shot_log_likelihood` less `shot_map_cost` above a uniform guess's, the
     log of 1 / the task's label count), by that score (then `shot_accuracy`); then
     the unchecked ones that answer the task's labels by name (`tier` labels-by-name), by `score`;
-    then checked ones that did no better than chance, by the same score; then the unchecked ones
+    then checked ones that did no better than chance, by `score` (their check is no evidence either way); then the unchecked ones
     that would need a label map none was chosen for (`tier` label-map, no `label_map`), by `score`;
     then those that cannot answer (`tier` cannot-answer). `score` is the spec
     cosine alone, so it is not in rank order; `reason` says in one line what placed each match.

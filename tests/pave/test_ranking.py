@@ -325,9 +325,9 @@ def test_rank_for_task_order_and_reasons() -> None:
 
 def test_a_match_without_a_map_never_tops_what_was_checked() -> None:
     """Every checked match no better than chance (a weak learnware of the user's own task, sure of
-    its mistakes on 16 examples) and no unchecked one that answers by name: the least bad checked
-    one comes first, not the closest unchecked spec with other label names and no map (seen on the
-    full identification profile: a cola user's top match was an intent model it could not read)."""
+    its mistakes on 16 examples) and no unchecked one that answers by name: a checked one comes
+    first, not the closest unchecked spec with other label names and no map (seen on the full
+    identification profile: a cola user's top match was an intent model it could not read)."""
     user = ["unacceptable", "acceptable"]
     ordered = by_tier(
         [
@@ -344,6 +344,35 @@ def test_a_match_without_a_map_never_tops_what_was_checked() -> None:
     assert [r.id for r in ranked] == [2, 3, 1]
     assert not ranked[0].beats_chance and ranked[2].label_map is None
     assert "ranked after the checked matches" in ranked[2].reason()
+
+
+def test_checks_no_better_than_chance_keep_the_spec_order() -> None:
+    """64 examples of a 77-intent task whose codes are numbered otherwise than the model's classes:
+    each code is seen once, so no map chosen on the other examples can name a held-out one, and
+    every check scores a guess's or worse. The twin trained on random labels, near-uniform,
+    scores a guess's exactly; the good model, sure of classes the map cannot name yet, scores
+    below. Neither is evidence: the spec's order stands (the good model's spec is the closer),
+    and each reason says so (seen for every such user of the identification benchmark)."""
+    user = [str(i) for i in range(77)]
+    intents = tuple(f"intent {i}" for i in range(77))
+    ordered = by_tier(
+        [Candidate(1, 0.52, intents), Candidate(2, 0.50, intents), Candidate(3, 0.22, intents)], user
+    )
+    guess = math.log(1 / 77)
+    cost = map_cost(77, 77, 64)
+    shots = {
+        1: ShotScore(0.03, 0.02, guess - 0.5, map_cost=cost),  # good: sure, and wrong without a map
+        2: ShotScore(0.03, 0.02, guess - 0.4, map_cost=cost),  # noisy twin
+        3: ShotScore(0.02, 0.013, guess, map_cost=cost),  # random twin: uniform, a guess's exactly
+    }
+    maps = {i: LabelMap(tuple(range(77)), "examples", 77) for i in shots}
+    ranked = rank_for_task(ordered, user, maps=maps, shots=shots)
+    assert not any(r.beats_chance for r in ranked)
+    assert [r.id for r in ranked] == [1, 2, 3]
+    assert "then by spec similarity" in ranked[0].reason(64, user, intents)
+    # A check that does beat chance still comes first, whatever its spec.
+    better = {**shots, 3: ShotScore(0.5, 0.4, guess + 2.0 + cost, map_cost=cost)}
+    assert [r.id for r in rank_for_task(ordered, user, maps=maps, shots=better)] == [3, 1, 2]
 
 
 def test_a_match_beats_chance_by_its_score_not_by_its_accuracy() -> None:

@@ -129,3 +129,31 @@ def _fresh_runtime(**_kwargs: object) -> None:
     if _runtime is not None:
         _runtime.db.engine.dispose(close=False)
     _runtime = None
+
+
+def checks_tasks(celery_app: Celery) -> bool:
+    """Whether this worker consumes the queue of the stage that runs the shot check (a worker of
+    the ``gpu`` queue alone never checks a model: nothing to warm up)."""
+    consumed = getattr(celery_app.amqp.queues, "consume_from", None) or {}
+    return not consumed or IDENTIFY_TASK.queue in consumed
+
+
+@signals.worker_process_init.connect
+def _warm_shot_check(**_kwargs: object) -> None:
+    """A pool process that will check models loads the ones recent tasks checked most, in the
+    background (`app.tasks.shot_check.warm_up`): its first tasks need not wait for every load."""
+    from celery import current_app
+
+    from app.tasks.shot_check import warm_up
+
+    app = current_app._get_current_object()
+    if get_settings().shot_check_warm_models <= 0 or not checks_tasks(app):
+        return
+
+    def warm() -> None:
+        try:
+            warm_up(runtime(app))
+        except Exception:  # a warm-up is an optimisation: the worker runs without one
+            log.exception("shot check warm-up failed")
+
+    threading.Thread(target=warm, name="shot-check-warm-up", daemon=True).start()

@@ -12,20 +12,26 @@ adds (docs/benchmarks/identification.md).
 A worker keeps the models it ran last loaded (`LoadedRunners`, `shot_check_loaded_models` of
 them, keyed by the package's digest, so a package is never stale): a popular learnware is then
 not fetched, extracted and loaded again for each task that checks it
-(docs/benchmarks/task-latency.md measures the difference).
+(docs/benchmarks/task-latency.md measures the difference). A worker process that starts loads the
+models its dock's recent tasks checked most in the background (`warm_up`,
+`shot_check_warm_models` of them), so a restart does not make the next tasks pay every load.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
+from app.db.models import TaskStatus, UserTask
 from app.errors import InvalidInput, InvalidPackage
 from app.jobs.runner import JobContext
 from app.learnwares import repository as learnwares
@@ -37,10 +43,20 @@ from app.ml.ranking import (
     choose_checked,
 )
 from app.ml.shot_check import check_runner
+from app.storage.store import ArtifactNotFound
 
 if TYPE_CHECKING:
     from app.ml.runners.base import Runner
     from app.ml.spec_space import SpecSpace  # torch-heavy: only in workers
+    from app.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+UNCHECKABLE = (InvalidPackage, InvalidInput, ArtifactNotFound, OSError, RuntimeError, ValueError)
+"""Why a model may not be checkable: its package gone from the store or no longer loading."""
+
+RECENT_TASKS = 200
+"""How many of the latest identified tasks `most_checked` reads to pick what a worker warms up."""
 
 
 class LoadedRunners:
@@ -108,10 +124,11 @@ def shot_check(
             if learnware_id not in packages:
                 raise InvalidPackage(f"learnware {learnware_id} is no longer ready")
             sha256 = packages[learnware_id]
-            runner, was_loaded = LOADED.get(sha256, partial(_load, ctx, sha256), capacity)
+            load = partial(_load, ctx.runtime, sha256, f"job-{ctx.claim.job_id}")
+            runner, was_loaded = LOADED.get(sha256, load, capacity)
             reused += was_loaded
             maps[learnware_id], scores[learnware_id] = check_runner(runner, texts, labels, label_names, space)
-        except (InvalidPackage, InvalidInput, OSError, RuntimeError, ValueError) as error:
+        except UNCHECKABLE as error:
             ctx.log(f"shot check skipped learnware {learnware_id}: {error}")
         ctx.progress(0.86 + 0.1 * done / len(chosen), f"shot check {done}/{len(chosen)}", force=True)
     ctx.log(
@@ -121,10 +138,62 @@ def shot_check(
     return maps, scores
 
 
-def _load(ctx: JobContext, sha256: str) -> Runner:
+def most_checked(session: Session, limit: int, recent: int = RECENT_TASKS) -> list[str]:
+    """The package digests of the ready learnwares that the latest ``recent`` identified tasks
+    checked most often (ties: the most recently checked first), at most ``limit``."""
+    if limit <= 0:
+        return []
+    latest = session.scalars(
+        select(UserTask.results)
+        .where(UserTask.status == TaskStatus.ready, UserTask.results.is_not(None))
+        .order_by(UserTask.identified_at.desc(), UserTask.id.desc())
+        .limit(recent)
+    ).all()
+    counts: Counter[int] = Counter()
+    for results in latest:
+        for match in results or []:
+            if (
+                isinstance(match, dict)
+                and match.get("checked")
+                and isinstance(match.get("learnware_id"), int)
+            ):
+                counts[match["learnware_id"]] += 1
+    ids = [i for i, _ in counts.most_common()]  # stable: equal counts keep the newest first
+    rows = learnwares.ready_by_ids(session, ids)
+    return [rows[i].package_sha256 for i in ids if i in rows][:limit]
+
+
+def warm_up(runtime: Runtime, count: int | None = None) -> int:
+    """Load into this process's `LOADED` the models recent tasks checked most (`most_checked`):
+    ``count`` of them (default ``shot_check_warm_models``), never more than the process keeps
+    (``shot_check_loaded_models``). How many were loaded; one that fails is skipped with a log
+    line (a task that checks it will try again, and say why in its job's log)."""
+    settings = runtime.settings
+    capacity = settings.shot_check_loaded_models
+    count = min(settings.shot_check_warm_models if count is None else count, capacity)
+    if count <= 0:
+        return 0
+    with runtime.db.session() as session:
+        digests = most_checked(session, count)
+    started, loaded = time.perf_counter(), 0
+    for sha256 in digests:
+        try:
+            _, was_loaded = LOADED.get(sha256, partial(_load, runtime, sha256, "warm-up"), capacity)
+            loaded += not was_loaded
+        except UNCHECKABLE as error:
+            log.warning("shot check warm-up skipped package %s: %s", sha256[:12], error)
+    if digests:
+        log.info(
+            "shot check warm-up: %d of the %d models recent tasks checked most loaded in %.1f s",
+            loaded, len(digests), time.perf_counter() - started,
+        )  # fmt: skip
+    return loaded
+
+
+def _load(runtime: Runtime, sha256: str, label: str) -> Runner:
     """The stored package fetched, extracted (checked again) and its model loaded from its weights
     alone (`load_runner`: safetensors or ONNX, no code runs); the scratch folder is removed after."""
     from app.ml.runners import load_runner  # torch-heavy
 
-    with extracted(ctx.runtime, sha256, label=f"job-{ctx.claim.job_id}") as package:
+    with extracted(runtime, sha256, label=label) as package:
         return load_runner(package)

@@ -1,16 +1,24 @@
-"""How a ranked task reads in the CLI (the worker's shot check runs in tests/e2e/test_embedded.py;
-its rules in tests/pave/test_ranking.py)."""
+"""How a ranked task reads in the CLI, and the models a worker keeps and warms up for the shot check
+(the worker's shot check runs in tests/e2e/test_embedded.py; its rules in tests/pave/test_ranking.py)."""
 
 from __future__ import annotations
 
+import logging
 import shutil
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select
 
 from app.ml.errors import InvalidPackage
+from app.runtime import Runtime
+from app.settings import Settings
+from tests.fixtures.service import Keys, add_ready_learnware
 
 if TYPE_CHECKING:
     from app.ml.runners.base import Runner
@@ -93,3 +101,85 @@ def test_a_worker_keeps_the_models_it_checked_last_loaded(
     assert "broken" not in kept
     _, kept_none = LoadedRunners().get("sst2", loader("sst2"), capacity=0)
     assert not kept_none
+
+
+def test_a_worker_warms_up_the_models_recent_tasks_checked_most(
+    runtime: Runtime,
+    client: TestClient,
+    keys: Keys,
+    space: tuple[str, int],
+    tfidf_packages: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """`warm_up`: the ready learnwares the latest tasks checked most are loaded into the process's
+    models (most checked first, a tie to the newest), none that was only listed, none no longer
+    ready; one whose package does not load is skipped with a log line; a second warm-up loads
+    nothing again."""
+    from app.db.models import ApiKey, Learnware, LearnwareStatus, TaskStatus, UserTask
+    from app.tasks import shot_check
+
+    space_id, dim = space
+    with runtime.db.session() as session:
+        me = session.scalars(select(ApiKey).where(ApiKey.name == "developer")).one().id
+        user = session.scalars(select(ApiKey).where(ApiKey.name == "user")).one().id
+    rng = np.random.default_rng(0)
+    ids = {
+        n: add_ready_learnware(runtime, me, n, np.sign(rng.standard_normal(dim)))
+        for n in ("sst2", "trec", "gone", "broken", "listed")
+    }
+    digests = {n: runtime.store.put_file(tfidf_packages[n]) for n in ("sst2", "trec")}
+    with runtime.db.session() as session:
+        for name, sha in digests.items():
+            session.get(Learnware, ids[name]).package_sha256 = sha
+        session.get(Learnware, ids["gone"]).status = LearnwareStatus.failed
+
+    def match(name: str, checked: bool) -> dict[str, object]:
+        return {"learnware_id": ids[name], "name": name, "checked": checked}
+
+    tasks = [  # oldest first
+        [match("trec", True), match("gone", True), match("listed", False)],
+        [match("broken", True), match("sst2", True), match("listed", False)],
+        [match("sst2", True), match("gone", True), match("listed", False)],
+    ]
+    with runtime.db.session() as session:
+        for i, results in enumerate(tasks):
+            session.add(
+                UserTask(
+                    owner_id=user,
+                    status=TaskStatus.ready,
+                    label_names=["a", "b"],
+                    n_examples=4,
+                    space_id=space_id,
+                    results=results,
+                    identified_at=datetime(2026, 12, 1, 10, i, tzinfo=UTC),
+                )
+            )
+    with runtime.db.session() as session:
+        # sst2 twice; broken (newer) before trec; gone is not ready, listed never checked.
+        assert shot_check.most_checked(session, 10) == [digests["sst2"], "0" * 64, digests["trec"]]
+        assert shot_check.most_checked(session, 1) == [digests["sst2"]]
+
+    monkeypatch.setattr(shot_check, "LOADED", shot_check.LoadedRunners())
+    with caplog.at_level(logging.WARNING, logger="app.tasks.shot_check"):
+        assert shot_check.warm_up(runtime, count=10) == 2
+    assert digests["sst2"] in shot_check.LOADED and digests["trec"] in shot_check.LOADED
+    assert len(shot_check.LOADED) == 2 and "warm-up skipped package 000000000000" in caplog.text
+    assert shot_check.warm_up(runtime, count=10) == 0  # already loaded
+    # Never more than the process keeps, and none when turned off.
+    monkeypatch.setattr(shot_check, "LOADED", shot_check.LoadedRunners())
+    runtime.settings.shot_check_loaded_models = 1
+    assert shot_check.warm_up(runtime, count=10) == 1 and len(shot_check.LOADED) == 1
+    runtime.settings.shot_check_warm_models = 0
+    assert shot_check.warm_up(runtime) == 0
+
+
+def test_only_a_worker_that_runs_the_shot_check_warms_up(settings: Settings) -> None:
+    from workers.celery_app import make_celery
+    from workers.tasks import checks_tasks
+
+    both, gpu = make_celery(settings), make_celery(settings)
+    gpu.amqp.queues.select(["gpu"])
+    assert checks_tasks(both) and not checks_tasks(gpu)
+    both.amqp.queues.select(["gpu", "cpu"])
+    assert checks_tasks(both)

@@ -124,11 +124,12 @@ class Settings(BaseSettings):
     them again does not fetch, extract and load them again (0: load each time). A MiniLM-sized
     classifier holds ~90 MB; a TF-IDF ONNX model a few MB; LoRA and pooled-linear models share
     their base (docs/benchmarks/task-latency.md)."""
-    shot_check_warm_models: int = Field(default=8, ge=0)
+    shot_check_warm_models: int = Field(default=24, ge=0)
     """At start, a worker process loads in the background the models its dock's recent tasks
-    checked most often, this many at most (and no more than ``shot_check_loaded_models``), so the
-    first tasks after a restart do not pay every load (0: none; a worker that only fits specs, the
-    ``gpu`` queue, has no use for them)."""
+    checked most often, this many at most (and no more than ``shot_check_loaded_models``: by
+    default what it would hold after a while anyway), so the first tasks after a restart do not
+    pay the loads (about 10 s in the background for 23 models on this CPU; 0: none; a worker of
+    the ``gpu`` queue alone never checks, so it does not warm up)."""
 
     job_max_attempts: int = 3
     job_heartbeat_s: float = 5.0

@@ -981,7 +981,8 @@ def render_markdown(result: dict[str, Any]) -> str:
         "map the dock chooses, ordered by the mean log-probability they give the user's labels, less "
         "the description length of a map the examples chose (`map_cost`); those whose score is no "
         "better than a uniform guess's (log 1 / the label count) after the unchecked ones that "
-        "answer by name, and before the unchecked ones with no label map. "
+        "answer by name, in the spec's order (a check no better than a guess is no evidence), and "
+        "before the unchecked ones with no label map. "
         "Mean over users; ± the standard deviation of the "
         "per-seed means over the user seeds; the headline is the mean over kinds.",
         "",

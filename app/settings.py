@@ -128,8 +128,9 @@ class Settings(BaseSettings):
     """At start, a worker process loads in the background the models its dock's recent tasks
     checked most often, this many at most (and no more than ``shot_check_loaded_models``: by
     default what it would hold after a while anyway), so the first tasks after a restart do not
-    pay the loads (about 10 s in the background for 23 models on this CPU; 0: none; a worker of
-    the ``gpu`` queue alone never checks, so it does not warm up)."""
+    pay the loads (about 10 s in the background for 23 models on this CPU; 0: none). The check
+    runs where a few-shot task's spec is fitted (the ``gpu`` queue's `task.fit` stage), so a
+    worker of the ``cpu`` queue alone does not warm up."""
 
     job_max_attempts: int = 3
     job_heartbeat_s: float = 5.0

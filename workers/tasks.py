@@ -132,10 +132,12 @@ def _fresh_runtime(**_kwargs: object) -> None:
 
 
 def checks_tasks(celery_app: Celery) -> bool:
-    """Whether this worker consumes the queue of the stage that runs the shot check (a worker of
-    the ``gpu`` queue alone never checks a model: nothing to warm up)."""
+    """Whether this worker consumes the queue of the stage that runs the shot check: a few-shot
+    task's spec is fitted and ranked in one stage (`FIT_TASK_SPEC`, `fit_and_identify`), while
+    `IDENTIFY_TASK` ranks uploaded specs, which have no examples to check on. A worker of the
+    ``cpu`` queue alone never checks a model: nothing to warm up."""
     consumed = getattr(celery_app.amqp.queues, "consume_from", None) or {}
-    return not consumed or IDENTIFY_TASK.queue in consumed
+    return not consumed or FIT_TASK_SPEC.queue in consumed
 
 
 @signals.worker_process_init.connect

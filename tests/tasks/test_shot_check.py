@@ -178,8 +178,10 @@ def test_only_a_worker_that_runs_the_shot_check_warms_up(settings: Settings) -> 
     from workers.celery_app import make_celery
     from workers.tasks import checks_tasks
 
-    both, gpu = make_celery(settings), make_celery(settings)
+    """The check runs in the stage that fits a few-shot task's spec (the ``gpu`` queue)."""
+    both, gpu, cpu = make_celery(settings), make_celery(settings), make_celery(settings)
     gpu.amqp.queues.select(["gpu"])
-    assert checks_tasks(both) and not checks_tasks(gpu)
+    cpu.amqp.queues.select(["cpu"])
+    assert checks_tasks(both) and checks_tasks(gpu) and not checks_tasks(cpu)
     both.amqp.queues.select(["gpu", "cpu"])
     assert checks_tasks(both)

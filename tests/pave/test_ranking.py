@@ -794,6 +794,53 @@ def test_examples_overrule_the_reading_label_by_label_or_drop_it() -> None:
     assert flipped is not None and flipped[0].model_class == (1, 0) and flipped[1].accuracy == 1.0
 
 
+def _weak_emoji_model(truth: np.ndarray, per_label: int = 3) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A weak model of ``len(truth)`` emoji that likes its classes 0, 1 and 2: of each label u's
+    ``per_label`` examples it answers one as its class ``truth[u]`` (probability 0.5) and the
+    rest as one of its favourites (0.6; 0.02 on ``truth[u]``)."""
+    n = len(truth)
+    labels = np.repeat(np.arange(n), per_label)
+    probs = np.zeros((len(labels), n))
+    for i, u in enumerate(labels):
+        row = np.full(n, 0.0)
+        row[[0, 1, 2]] = 0.1
+        if i % per_label == 0:
+            row[truth[u]] = 0.5
+        else:
+            row[(u + 1) % 3] = 0.6
+            row[truth[u]] = max(row[truth[u]], 0.02)
+        rest = np.flatnonzero(row == 0.0)
+        row[rest] = (1.0 - row.sum()) / len(rest)
+        probs[i] = row
+    return probs.argmax(axis=1), probs, labels
+
+
+def test_a_weak_model_of_many_classes_keeps_the_codes_reading() -> None:
+    """A model right on a third of a 20-emoji user's examples (chance: a twentieth) answers most
+    labels' examples with its favourite classes, so "any other class" explains many labels
+    better than their numbers; but only one label can go to each favourite, and the numbers tell
+    the map in a few nats where the examples' own map costs log 20!. The reading holds, and held
+    out each example is scored under it. Shifted codes over the same model are no reading."""
+    n, user = 20, [str(i) for i in range(20)]
+    model = [f"emoji {i}" for i in range(20)]
+    predicted, probs, labels = _weak_emoji_model(np.arange(n))
+    assert np.mean(predicted == labels) == pytest.approx(1 / 3)
+    checked = check_on_examples(user, model, predicted, probs, labels, similarity=None, temperature=0.05)
+    assert checked is not None
+    label_map, score = checked
+    # Labels 0, 1 and 2, answered mostly as the next favourite, follow their examples there.
+    assert label_map.numbers_hold and label_map.model_class == (1, 2, 0, *range(3, n))
+    assert score.accuracy == pytest.approx(17 / 60)  # held out, under the map the others chose
+    told = reading_nats(label_map.model_class, tuple(range(n)), n)
+    assert score.map_cost == pytest.approx((told + math.log(2)) / len(labels))
+    assert told < math.lgamma(n + 1) / 2
+    shifted = (np.arange(n) + 7) % n
+    predicted, probs, labels = _weak_emoji_model(shifted)
+    checked = check_on_examples(user, model, predicted, probs, labels, similarity=None, temperature=0.05)
+    assert checked is not None
+    assert not checked[0].numbers_hold and checked[0].numbers_follow == 0
+
+
 def test_a_reading_counts_only_where_it_stands_out() -> None:
     """Scored under the codes' reading, a learnware takes that score only where it is above every
     candidate's own (the user may number classes otherwise: a wrong reading is one more draw of

@@ -611,6 +611,14 @@ def held_out_score(
     ``log_prior`` where they have one: `names_log_prior`, or as exceptions to the codes' reading
     ``order`` where that is shorter: `reading_nats`); the map shown is the one chosen on all of
     them.
+
+    Held out, a label's only example leaves nothing to place that label by, unless the names or
+    the codes' reading do: the map of the others then puts it on any class they leave free, each
+    as likely (`_unplaced`), and the example scores the mean of its probability and of its being
+    right over those. Scored under one arbitrary such class instead, as before, a good model of
+    77 intents renumbered, with 64 examples of 64 of them, was right on a handful of them held out
+    and ranked below a worse twin by spec similarity; the user, with the map chosen on all of
+    them, is answered right on every label an example placed.
     """
     if label_map.how != "examples":
         return shot_score(predicted, probs, labels, label_map)
@@ -630,11 +638,13 @@ def held_out_score(
             order if label_map.numbers_follow is not None else None,
         )
         one = slice(i, i + 1)
-        user_pred, user_probs = answers(
-            predicted[one], None if probs is None else np.asarray(probs)[one], held
-        )
-        right.append(bool(user_pred[0] == labels[i]))
-        true_probs.append(float(_true_probabilities(user_pred, user_probs, labels[one])[0]))
+        placed = held.names_weighed or held.numbers_hold or bool(np.any(labels[keep] == labels[i]))
+        maps = [held] if placed else _unplaced(held, int(labels[i]), np.unique(labels[keep]))
+        got = [
+            answers(predicted[one], None if probs is None else np.asarray(probs)[one], each) for each in maps
+        ]
+        right.append(float(np.mean([user_pred[0] == labels[i] for user_pred, _ in got])))
+        true_probs.append(float(np.mean([_true_probabilities(p, q, labels[one])[0] for p, q in got])))
     scored = _score(np.asarray(right), np.asarray(true_probs), n_user)
     names_nats = None if log_prior is None else names_map_nats(label_map, log_prior)
     uniform = map_cost(n_user, n_model, 1)
@@ -646,6 +656,24 @@ def held_out_score(
         map_cost=map_cost(n_user, n_model, len(labels), read_nats),
         names_agree=None if names_nats is None else names_nats < uniform,
     )
+
+
+def _unplaced(held: LabelMap, label: int, placed: np.ndarray) -> list[LabelMap]:
+    """The maps that put ``label``, which nothing placed, on each class the labels the examples
+    placed (``placed``) leave free in ``held``; a label without examples that sat there moves to
+    where ``label`` was."""
+    classes = list(held.model_class)
+    taken = {classes[u] for u in placed.tolist()}
+    maps = []
+    for j in range(held.n_model_classes):
+        if j in taken:
+            continue
+        moved = list(classes)
+        if j in moved:
+            moved[moved.index(j)] = classes[label]
+        moved[label] = j
+        maps.append(replace(held, model_class=tuple(moved)))
+    return maps
 
 
 def check_on_examples(

@@ -107,6 +107,12 @@ _TRAILING_NUMBER = re.compile(r"\d+$")
 
 MapHow = Literal["names", "meaning", "examples"]
 
+HELD_OUT = (
+    "its accuracy there scores each example under the map chosen on the others, a label's only "
+    "example under the map chosen on all of them, which the map's price pays for"
+)
+"""How a match's accuracy on the examples was scored where they chose its map (`held_out_score`)."""
+
 
 def normalise_label(name: str) -> str:
     """Case, surrounding space, underscores and hyphens do not make another label."""
@@ -239,14 +245,10 @@ class LabelMap:
         how = {
             "names": "labels matched by name",
             "meaning": "labels matched by the meaning of their names",
-            "examples": "labels mapped by your examples (the names do not decide it; its accuracy "
-            "there scores each example under the map chosen on the others)",
+            "examples": f"labels mapped by your examples (the names do not decide it; {HELD_OUT})",
         }[self.how]
         if self.how == "examples" and self.names_weighed:
-            how = (
-                "labels mapped by your examples weighed with the meaning of the names (its accuracy "
-                "there scores each example under the map chosen on the others)"
-            )
+            how = f"labels mapped by your examples weighed with the meaning of the names ({HELD_OUT})"
         if self.how == "examples" and self.numbers_follow is not None:
             n = len(self.model_class)
             how = (
@@ -257,7 +259,7 @@ class LabelMap:
                     if self.numbers_hold
                     else "your examples do not bear that numbering out"
                 )
-                + "; its accuracy there scores each example under the map chosen on the others)"
+                + f"; {HELD_OUT})"
             )
         text = how + (", answers restricted to your labels" if self.restricted else "")
         if self.how == "names" or not user_names or not model_names:

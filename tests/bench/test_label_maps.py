@@ -41,3 +41,13 @@ def test_no_wrong_map_of_the_calibration_passes_the_docks_margin(datasets_dir: P
     top = result["cross_top"][0]
     assert top["onto"] != top["task"] and top["margin"] == result["largest_cross_margin"]
     assert "## Onto other tasks' label sets" in out.with_suffix(".md").read_text()
+    # Held out (wordings written after the margin was chosen): no wrong relabelling of a whole
+    # label set clears it; a few wrong halves do, which the dock never serves by meaning alone
+    # where the user has examples (`choose_label_map`).
+    held = result["held_out"]
+    assert held["maps"] == held["right"] + held["wrong"] == len(held["rows"]) > 90
+    assert {r["renaming"] for r in held["rows"]} == {"other wording", "german"}
+    held_at = {row["margin"]: row for row in held["at_margin"]}
+    assert held_at[NAME_MARGIN]["whole_wrong_kept"] == 0 and held["largest_wrong_whole_margin"] < NAME_MARGIN
+    assert held_at[NAME_MARGIN]["whole_right_kept"] >= 10
+    assert "## Held out: other wording and German" in out.with_suffix(".md").read_text()

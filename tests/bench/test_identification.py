@@ -37,6 +37,11 @@ def test_smoke_profile_writes_every_key_the_issue_asks_for(datasets_dir: Path, t
     assert {"same names", "synonyms", "codes", "case and order", "french", "4 shots", "16 shots"} <= set(
         kinds
     )
+    # The renamings held out from every rule's choice have their rows too, each user renamed.
+    assert {"other wording", "german"} <= set(kinds)
+    held_out = [u for u in saved["kind_users"] if u["kind"] in ("other wording", "german")]
+    assert held_out and all(u["label_names"] for u in held_out)
+    assert {"neg", "pos"} <= {n for u in held_out for n in u["label_names"]}
     assert {
         "spec only",
         "label subset",

@@ -201,14 +201,7 @@ def render_markdown(result: dict[str, Any]) -> str:
         "",
         "## Wrong maps",
         "",
-        md_table(
-            ["task", "renaming", "part", "labels", "margin"],
-            [
-                [r["task"], r["renaming"], r["part"], r["labels"], f"{r['margin']:.3f}"]
-                for r in sorted(result["rows"], key=lambda r: -r["margin"])
-                if not r["right"]
-            ],
-        ),
+        _wrong_maps(result["rows"]),
         "",
         *_held_out_lines(result),
         "",
@@ -275,12 +268,17 @@ def _held_out_lines(result: dict[str, Any]) -> list[str]:
             ],
         ),
         "",
-        md_table(
-            ["task", "renaming", "part", "labels", "margin"],
-            [
-                [r["task"], r["renaming"], r["part"], r["labels"], f"{r['margin']:.3f}"]
-                for r in sorted(held["rows"], key=lambda r: -r["margin"])
-                if not r["right"]
-            ],
-        ),
+        _wrong_maps(held["rows"]),
     ]
+
+
+def _wrong_maps(rows: list[dict[str, Any]]) -> str:
+    """The wrong maps of ``rows``, largest margin first."""
+    return md_table(
+        ["task", "renaming", "part", "labels", "margin"],
+        [
+            [r["task"], r["renaming"], r["part"], r["labels"], f"{r['margin']:.3f}"]
+            for r in sorted(rows, key=lambda r: -r["margin"])
+            if not r["right"]
+        ],
+    )

@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 from app.bench.identification_kinds import FRENCH, GERMAN, SYNONYMS, WORDING, _renamed
 from app.bench.report import machine, md_table, write_json
-from app.ml.ranking import NAME_MARGIN, labels_are_codes, meaning_margin, normalise_label
+from app.ml.ranking import NAME_MARGIN, label_margins, labels_are_codes, meaning_margin, normalise_label
 
 if TYPE_CHECKING:
     from app.ml.spec_space import SpecSpace
@@ -97,8 +97,9 @@ def _renamings(
     rng: np.random.Generator,
 ) -> list[dict[str, Any]]:
     """Each label set renamed by each table, whole and in `HALVES` random halves (four labels or
-    more), mapped by meaning onto its own names: whether the best map is the right one, and its
-    margin (`meaning_margin`)."""
+    more), mapped by meaning onto its own names: whether the best map is the right one, its
+    margin (`meaning_margin`), and label by label (`label_margins`) how many labels the names
+    place clearly (by `NAME_MARGIN`, as `names_log_prior` reads them) right and wrong."""
     rows: list[dict[str, Any]] = []
     for task, names in tqdm(list(sets.items()), desc=f"label sets ({', '.join(r for r, _ in renamings)})"):
         for renaming, table in renamings:
@@ -109,15 +110,20 @@ def _renamings(
                     size = max(2, len(names) // 2)
                     picks.append((f"half {h}", sorted(rng.choice(len(names), size, replace=False).tolist())))
             for part, classes in picks:
-                best, margin = meaning_margin(space.name_similarity([renamed[c] for c in classes], names))
+                best, margins = label_margins(space.name_similarity([renamed[c] for c in classes], names))
+                right = best == np.asarray(classes)
+                clear = margins >= NAME_MARGIN
                 rows.append(
                     {
                         "task": task,
                         "renaming": renaming,
                         "part": part,
                         "labels": len(classes),
-                        "right": bool(np.array_equal(best, np.asarray(classes))),
-                        "margin": margin,
+                        "right": bool(right.all()),
+                        "margin": float(margins.min()),
+                        "clear_right": int(np.count_nonzero(right & clear)),
+                        "clear_wrong": int(np.count_nonzero(~right & clear)),
+                        "unclear_wrong": int(np.count_nonzero(~right & ~clear)),
                     }
                 )
     return rows
@@ -134,6 +140,7 @@ def _summary(rows: list[dict[str, Any]], at: list[float]) -> dict[str, Any]:
         "wrong": len(wrong),
         "largest_wrong_margin": max((r["margin"] for r in wrong), default=None),
         "largest_wrong_whole_margin": max((r["margin"] for r in wrong if r["part"] == "whole"), default=None),
+        "labels": _label_counts(rows),
         "at_margin": [
             {
                 "margin": m,
@@ -146,6 +153,21 @@ def _summary(rows: list[dict[str, Any]], at: list[float]) -> dict[str, Any]:
         ],
         "rows": rows,
     }
+
+
+def _label_counts(rows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Label by label, over whole label sets and halves apart: how many labels the names place
+    clearly, right and wrong, and how many of the labels placed wrong are left to the examples."""
+    counts = {}
+    for part in ("whole", "half"):
+        mine = [r for r in rows if r["part"].startswith(part)]
+        counts[part] = {
+            "labels": sum(r["labels"] for r in mine),
+            "clear_right": sum(r["clear_right"] for r in mine),
+            "clear_wrong": sum(r["clear_wrong"] for r in mine),
+            "unclear_wrong": sum(r["unclear_wrong"] for r in mine),
+        }
+    return counts
 
 
 def _cross_task_maps(space: SpecSpace, sets: dict[str, list[str]]) -> list[dict[str, Any]]:
@@ -204,6 +226,8 @@ def render_markdown(result: dict[str, Any]) -> str:
         _wrong_maps(result["rows"]),
         "",
         *_held_out_lines(result),
+        "",
+        *_label_lines(result),
         "",
         "## Onto other tasks' label sets",
         "",
@@ -269,6 +293,36 @@ def _held_out_lines(result: dict[str, Any]) -> list[str]:
         ),
         "",
         _wrong_maps(held["rows"]),
+    ]
+
+
+def _label_lines(result: dict[str, Any]) -> list[str]:
+    """Label by label: what the names' reading in a map the examples choose (`names_log_prior`)
+    keeps."""
+    rows = [
+        [title, part, c["labels"], c["clear_right"], c["clear_wrong"], c["unclear_wrong"]]
+        for title, labels in (("chosen on", result["labels"]), ("held out", result["held_out"]["labels"]))
+        for part, c in labels.items()
+    ]
+    return [
+        "## Label by label",
+        "",
+        "Where the examples choose a map, the names weigh in on the labels they place clearly: those "
+        f"whose every other placement loses at least the margin {result['name_margin']} per label it "
+        "moves (`label_margins`, `names_log_prior`); the others read every class alike. Labels of "
+        "the maps above:",
+        "",
+        md_table(
+            [
+                "renamings",
+                "part",
+                "labels",
+                "placed clearly, right",
+                "placed clearly, wrong",
+                "placed wrong, left to the examples",
+            ],
+            rows,
+        ),
     ]
 
 

@@ -123,6 +123,7 @@ def _renamings(
                         "margin": float(margins.min()),
                         "clear_right": int(np.count_nonzero(right & clear)),
                         "clear_wrong": int(np.count_nonzero(~right & clear)),
+                        "unclear_right": int(np.count_nonzero(right & ~clear)),
                         "unclear_wrong": int(np.count_nonzero(~right & ~clear)),
                     }
                 )
@@ -155,24 +156,18 @@ def _summary(rows: list[dict[str, Any]], at: list[float]) -> dict[str, Any]:
     }
 
 
+LABEL_COUNTS = ("clear_right", "clear_wrong", "unclear_right", "unclear_wrong")
+"""How each label of a map is placed by the names: clearly or not (`label_margins` against
+`NAME_MARGIN`), right or wrong."""
+
+
 def _label_counts(rows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
-    """Label by label, over whole label sets and halves apart: how many labels the names place
-    clearly, right and wrong, and how many of the labels placed wrong are left to the examples."""
+    """The labels of whole label sets and of halves apart, counted by `LABEL_COUNTS`."""
     counts = {}
     for part in ("whole", "half"):
         mine = [r for r in rows if r["part"].startswith(part)]
-        counts[part] = {
-            "labels": sum(r["labels"] for r in mine),
-            "clear_right": sum(r["clear_right"] for r in mine),
-            "clear_wrong": sum(r["clear_wrong"] for r in mine),
-            "unclear_wrong": sum(r["unclear_wrong"] for r in mine),
-        }
-        counts[part]["unclear_right"] = (
-            counts[part]["labels"]
-            - counts[part]["clear_right"]
-            - counts[part]["clear_wrong"]
-            - counts[part]["unclear_wrong"]
-        )
+        counts[part] = {"labels": sum(r["labels"] for r in mine)}
+        counts[part].update({key: sum(r[key] for r in mine) for key in LABEL_COUNTS})
     return counts
 
 
@@ -306,15 +301,7 @@ def _label_lines(result: dict[str, Any]) -> list[str]:
     """Label by label: how clearly the names place each label of the maps above, and whether
     the labels they place unclearly are placed right all the same."""
     rows = [
-        [
-            title,
-            part,
-            c["labels"],
-            c["clear_right"],
-            c["clear_wrong"],
-            c["unclear_right"],
-            c["unclear_wrong"],
-        ]
+        [title, part, c["labels"], *(c[key] for key in LABEL_COUNTS)]
         for title, labels in (("chosen on", result["labels"]), ("held out", result["held_out"]["labels"]))
         for part, c in labels.items()
     ]

@@ -242,12 +242,12 @@ class DockClient:
         import numpy as np
 
         from app.ml.errors import InputError
+        from app.ml.label_maps import LabelMap
         from app.ml.packages import extract_package
         from app.ml.ranking import (
             SHOT_CHECK_K,
             SHOT_CHECK_K_UNNAMED,
             Candidate,
-            LabelMap,
             ShotScore,
             check_count,
             choose_checked,

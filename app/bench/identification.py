@@ -39,20 +39,10 @@ from app.bench import identification_kinds as kinds
 from app.bench.report import machine, md_table, percentile, write_json
 from app.ml.data import TextTask, few_shot, load_task, text_task_names
 from app.ml.identify import Match, rank_specs
+from app.ml.label_maps import LabelMap, answers, map_by_examples, map_by_name
 from app.ml.packages import LearnwarePackage
 from app.ml.pave import fit_pave_spec
-from app.ml.ranking import (
-    SHOT_CHECK_K,
-    SHOT_CHECK_K_UNNAMED,
-    Candidate,
-    LabelMap,
-    ShotScore,
-    answers,
-    by_tier,
-    map_by_examples,
-    map_by_name,
-    shot_score,
-)
+from app.ml.ranking import SHOT_CHECK_K, SHOT_CHECK_K_UNNAMED, Candidate, ShotScore, by_tier, shot_score
 from app.ml.runners.base import Predictions
 from app.ml.spec_space import FitRecipe, SpecSpace, load_space
 

@@ -41,28 +41,22 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from app.ml.data import TextTask, few_shot
+from app.ml.label_maps import LabelMap, Tier, answers, label_set, map_by_name, normalise_label, tier_of
 from app.ml.ranking import (
     SHOT_CHECK_K,
     SHOT_CHECK_K_UNNAMED,
     Candidate,
-    LabelMap,
     Ranked,
     Realignment,
     ShotScore,
-    Tier,
     aligned_score,
-    answers,
     by_tier,
     check_count,
     check_predicted,
     choose_checked,
-    label_set,
-    map_by_name,
-    normalise_label,
     originals_first,
     rank_for_task,
     realignments,
-    tier_of,
     with_alignment,
     with_searched,
 )

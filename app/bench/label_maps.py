@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 from app.bench.identification_kinds import FRENCH, GERMAN, SYNONYMS, WORDING, _renamed
 from app.bench.report import machine, md_table, write_json
-from app.ml.ranking import NAME_MARGIN, label_margins, labels_are_codes, meaning_margin, normalise_label
+from app.ml.label_maps import NAME_MARGIN, label_margins, labels_are_codes, meaning_margin, normalise_label
 
 if TYPE_CHECKING:
     from app.ml.spec_space import SpecSpace

@@ -41,7 +41,7 @@ class VectorEngine(Protocol):
     ) -> tuple[list[Match], int]:
         """Ready public learnwares by exact cosine with ``query``, best first, and the index
         version searched. Without ``label_names`` the top ``k``; with a task's label names the
-        top ``k`` of each tier of what a learnware's labels can answer (``ranking.Tier``), so
+        top ``k`` of each tier of what a learnware's labels can answer (``label_maps.Tier``), so
         the caller fills ``k`` from the best tier down (an engine without label filters
         returns the top ``TIER_OVERFETCH * k`` instead)."""
         ...

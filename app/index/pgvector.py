@@ -44,7 +44,7 @@ from app.index.registry import IndexInfo, index_epoch
 from app.ml.binary_index import SIGN_BITS, encoding_of_config, packed_len, spec_from_bytes
 from app.ml.errors import IncompatibleSpec
 from app.ml.identify import Match
-from app.ml.ranking import label_set
+from app.ml.label_maps import label_set
 
 log = logging.getLogger(__name__)
 
@@ -392,7 +392,7 @@ class PgVectorEngine:
         visible = "ready AND public"
         if label_names:
             user = sorted(label_set(label_names))
-            # The tiers of ranking.tier_of, each filtered inside the engine's index scan.
+            # The tiers of label_maps.tier_of, each filtered inside the engine's index scan.
             filters: list[tuple[str, tuple[Any, ...]]] = [
                 (f"{visible} AND labels @> %s::text[]", (user,)),
                 (f"{visible} AND NOT labels @> %s::text[] AND n_classes >= %s", (user, len(user))),

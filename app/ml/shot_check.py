@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from app.ml.errors import InvalidInput
-from app.ml.ranking import LabelMap, ShotScore, check_predicted
+from app.ml.label_maps import LabelMap
+from app.ml.ranking import ShotScore, check_predicted
 
 if TYPE_CHECKING:
     from app.ml.packages import LearnwarePackage

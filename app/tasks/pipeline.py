@@ -18,11 +18,11 @@ from app.jobs.runner import JobContext
 from app.learnwares import repository as learnwares
 from app.learnwares.service import spec_row
 from app.ml.binary_index import encoding_of_config
+from app.ml.label_maps import label_set
 from app.ml.ranking import (
     ALIGN_MAX_SEARCHED,
     Realignment,
     check_count,
-    label_set,
     rank_for_task,
     realignments,
     with_searched,

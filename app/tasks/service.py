@@ -17,6 +17,7 @@ from app.learnwares import repository as learnwares
 from app.learnwares.service import spec_row
 from app.ml.encoders import check_texts
 from app.ml.head import check_label_names, class_ids
+from app.ml.label_maps import label_set
 from app.ml.pave import read_spec_file
 from app.ml.ranking import (
     Candidate,
@@ -25,7 +26,6 @@ from app.ml.ranking import (
     aligned_score,
     as_ranked,
     by_tier,
-    label_set,
     near_copies,
     originals_first,
     rank_for_task,

@@ -36,12 +36,8 @@ from app.errors import InvalidInput, InvalidPackage
 from app.jobs.runner import JobContext
 from app.learnwares import repository as learnwares
 from app.learnwares.packages import extracted
-from app.ml.ranking import (
-    Candidate,
-    LabelMap,
-    ShotScore,
-    choose_checked,
-)
+from app.ml.label_maps import LabelMap
+from app.ml.ranking import Candidate, ShotScore, choose_checked
 from app.ml.shot_check import check_runner
 from app.storage.store import ArtifactNotFound
 

@@ -11,7 +11,7 @@ import pytest
 from app.bench import identification_kinds as kinds
 from app.bench.identification import COVER_TASKS, PROFILES
 from app.ml.data import TextTask, load_task
-from app.ml.ranking import Tier, normalise_label, tier_of
+from app.ml.label_maps import Tier, normalise_label, tier_of
 
 
 @dataclass

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from app.bench.label_maps import run_label_map_benchmark
-from app.ml.ranking import NAME_MARGIN, meaning_margin
+from app.ml.label_maps import NAME_MARGIN, meaning_margin
 
 
 def test_the_margin_is_the_least_loss_per_moved_label() -> None:

@@ -12,8 +12,8 @@ import pytest
 
 from app.client import DockClient
 from app.ml.data import few_shot, load_task
+from app.ml.label_maps import map_by_examples, map_cost, reading_nats
 from app.ml.packages import extract_package
-from app.ml.ranking import map_by_examples, map_cost, reading_nats
 from app.ml.runners import load_runner
 from tests.e2e.conftest import Proc, Processes, pavedock, start_embedded, wait_ready
 

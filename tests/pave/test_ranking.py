@@ -1,4 +1,5 @@
-"""The dock's ranking rules for a user's task: tiers, label maps, the shot check's candidates."""
+"""The dock's ranking rules for a user's task (`app.ml.ranking`) and its label maps (`app.ml.label_maps`):
+tiers, label maps, the shot check's candidates."""
 
 from __future__ import annotations
 
@@ -7,24 +8,14 @@ import math
 import numpy as np
 import pytest
 
-from app.ml.ranking import (
+from app.ml.label_maps import (
     FLOOR_SHARE_OF_CHANCE,
-    Candidate,
     LabelMap,
-    Realignment,
-    ShotScore,
     Tier,
-    aligned_score,
     answers,
-    best_alignment,
-    by_tier,
-    check_count,
-    check_on_examples,
-    choose_checked,
     choose_label_map,
     code_order,
     examples_may_map,
-    held_out_score,
     labels_are_codes,
     map_by_examples,
     map_by_meaning,
@@ -32,14 +23,26 @@ from app.ml.ranking import (
     map_cost,
     names_log_prior,
     names_map_nats,
+    reading_nats,
+    tier_of,
+)
+from app.ml.ranking import (
+    Candidate,
+    Realignment,
+    ShotScore,
+    aligned_score,
+    best_alignment,
+    by_tier,
+    check_count,
+    check_on_examples,
+    choose_checked,
+    held_out_score,
     near_copies,
     originals_first,
     rank_for_task,
-    reading_nats,
     realignments,
     searched_realignments,
     shot_score,
-    tier_of,
     with_alignment,
     with_searched,
 )

@@ -59,11 +59,18 @@ def check_combinable(runs: Sequence[dict[str, Any]]) -> None:
         values = {r[key] for r in runs}
         if len(values) > 1:
             raise MarketsMismatch(f"runs of different {key}: {sorted(values)}")
-    tasks = {tuple(r["profile"]["tasks"]) for r in runs}
+    profiles = {r["profile"]["name"] for r in runs}
+    if len(profiles) > 1:
+        raise MarketsMismatch(f"runs of different profiles: {sorted(profiles)}")
+    tasks = {_tasks(r["profile"]["tasks"]) for r in runs}
     if len(tasks) > 1:
-        raise MarketsMismatch(
-            "runs of different task lists: " + "; ".join(",".join(t) for t in sorted(tasks))
-        )
+        raise MarketsMismatch("runs of different task lists: " + "; ".join(sorted(tasks)))
+
+
+def _tasks(tasks: Sequence[str] | None) -> str:
+    """A run's task list as a page names it: the full profile's is every task of the datasets
+    folder (``None`` in its JSON)."""
+    return "every task of the datasets folder" if tasks is None else ", ".join(tasks)
 
 
 def _finite(values: Sequence[float]) -> list[float]:
@@ -106,6 +113,14 @@ def combine(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
         }
     spec_only = table.get("spec only", {}).get("normalized_accuracy", {}).get("mean", math.nan)
     verdict["spec_only_normalized_accuracy"] = {"target": SPEC_ONLY_TARGET, "mean": spec_only}
+    checked_here = [r.get("spec_only_checked_here") or {} for r in runs]
+    local = [float(c.get("normalized_accuracy", math.nan)) for c in checked_here]
+    if _finite(local):
+        verdict["spec_only_checked_here_normalized_accuracy"] = {
+            "target": SPEC_ONLY_TARGET,
+            "per_market": local,
+            "mean": float(np.mean(_finite(local))),
+        }
     return {
         "benchmark": "identification-markets",
         "market_seeds": seeds,
@@ -150,7 +165,7 @@ def render_markdown(combined: dict[str, Any]) -> str:
     lines = [
         f"# Identification over market seeds {seeds} ({combined['profile']} profile)",
         "",
-        f"Tasks: {', '.join(combined['tasks'])}; space `{combined['space_id']}`. Each run:",
+        f"Tasks: {_tasks(combined['tasks'])}; space `{combined['space_id']}`. Each run:",
         "",
         *[f"- market seed {r['market_seed']}: `{r['command']}` ({r['date']})" for r in combined["runs"]],
         "",
@@ -167,13 +182,19 @@ def render_markdown(combined: dict[str, Any]) -> str:
         MEASURES, ("oracle agreement@1", "normalised accuracy", "quality filter"), strict=True
     ):
         v = verdict[measure]
-        short = ", ".join(v["kinds_short"]) or "none"
+        short = "; ".join(v["kinds_short"]) or "none"
         lines.append(
             f"- {name} ≥ {v['target']:.2f}: mean over kinds {v['headline']:.3f}; worst kind "
             f"{v['worst_kind']} ({v['worst_kind_mean']:.3f}); kinds short of it: {short}."
         )
     spec = verdict["spec_only_normalized_accuracy"]
     lines.append(f"- spec-only users' normalised accuracy ≥ {spec['target']:.2f}: {spec['mean']:.3f}.")
+    local = verdict.get("spec_only_checked_here_normalized_accuracy")
+    if local is not None:
+        lines.append(
+            f"- spec-only users checked on their own machine (`pavedock task --local`; not a kind "
+            f"of the mean): {local['mean']:.3f} ({_markets(local)} per market)."
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -17,6 +17,12 @@ from app.cli.main import app
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "benchmarks"
 SEED0 = DOCS / "identification-quick.json"
 SEED1 = DOCS / "identification-quick-market1.json"
+FULL = (
+    "identification-full-kinds-heldout.json",
+    "identification-full-kinds-market1-heldout.json",
+    "identification-full-kinds-market2.json",
+)
+"""The full profile's runs on market seeds 0, 1 and 2, as the README's table reports them."""
 
 
 @pytest.fixture(scope="module")
@@ -90,3 +96,20 @@ def test_the_command_writes_json_and_page(tmp_path: Path) -> None:
     )
     assert refused.exit_code != 0
     assert "market seeds repeat" in refused.output
+
+
+def test_full_profile_runs_combine_and_show_the_local_check() -> None:
+    """The full profile's runs name no task list (every task of the datasets folder); the page
+    names it so, and carries spec-only users checked on their own machine beside the verdict."""
+    runs = [json.loads((DOCS / name).read_text()) for name in FULL]
+    combined = combine(runs)
+    assert combined["market_seeds"] == [0, 1, 2]
+    assert combined["tasks"] is None
+    local = combined["verdict"]["spec_only_checked_here_normalized_accuracy"]
+    assert local["per_market"] == [r["spec_only_checked_here"]["normalized_accuracy"] for r in runs]
+    page = render_markdown(combined)
+    assert "every task of the datasets folder" in page
+    assert "checked on their own machine" in page
+    quick = json.loads(SEED0.read_text())
+    with pytest.raises(MarketsMismatch, match="profiles"):
+        combine([runs[1], quick])

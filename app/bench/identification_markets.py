@@ -115,11 +115,11 @@ def combine(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     verdict["spec_only_normalized_accuracy"] = {"target": SPEC_ONLY_TARGET, "mean": spec_only}
     checked_here = [r.get("spec_only_checked_here") or {} for r in runs]
     local = [float(c.get("normalized_accuracy", math.nan)) for c in checked_here]
-    if _finite(local):
+    if present := _finite(local):
         verdict["spec_only_checked_here_normalized_accuracy"] = {
             "target": SPEC_ONLY_TARGET,
             "per_market": local,
-            "mean": float(np.mean(_finite(local))),
+            "mean": float(np.mean(present)),
         }
     return {
         "benchmark": "identification-markets",

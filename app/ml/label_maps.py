@@ -315,7 +315,7 @@ def map_by_examples(
     "travel notification" (34% held out) and, where the model erred on one example, "spelling"
     with "bill due class". Nor do a handful of an inverted classifier's answers turn clear names
     round: it keeps the names' map and scores as badly as it does. Optimistic with a handful of
-    examples: it is chosen on the examples it is then scored on (`held_out_score`).
+    examples: it is chosen on the examples it is then scored on (`ranking.held_out_score`).
 
     Where the user's numbered codes read a map (``order``, `code_order`: "3" is the model's
     class 3) and the examples bear it out, each label keeps its number unless its examples place
@@ -323,7 +323,7 @@ def map_by_examples(
     examples leave most of 150 intents without one, and nothing else can place them); where the
     examples' own best map is the shorter code of them, it stands (`_against_reading`). Such a map is priced
     by the shorter of the uniform code and the map told as exceptions to the reading
-    (`reading_nats`, `held_out_score`); for two labels the reading is never the cheaper code
+    (`reading_nats`, `ranking.held_out_score`); for two labels the reading is never the cheaper code
     (log 3 against log 2), so it lowers no binary map's price."""
     labels = np.asarray(labels, dtype=np.int64)
     predicted = np.asarray(predicted, dtype=np.int64)

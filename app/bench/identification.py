@@ -955,6 +955,10 @@ def render_markdown(result: dict[str, Any]) -> str:
         + (f", market seed {result['market_seed']})" if result.get("market_seed") else ")"),
         "",
         f"Command: `{result['command']}`  ",
+        *(
+            f"Its {', '.join(r['kinds'])} users rerun ({r['date']}): `{r['command']}`  "
+            for r in result.get("reruns", [])
+        ),
         f"Machine: {result['machine']['platform']}, {result['machine']['cpus']} CPUs, "
         f"GPU: {result['machine']['gpu'] or 'none'}; torch {result['machine']['torch']}  ",
         f"Date: {result['machine']['date']}; total {result['seconds_total'] / 60:.1f} min; space `{result['space_id']}`",

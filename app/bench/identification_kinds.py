@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from app.ml.agreement import agreement_chosen, agreement_scores, pooled_inputs, user_answers
 from app.ml.data import TextTask, few_shot
 from app.ml.label_maps import LabelMap, Tier, answers, label_set, map_by_name, normalise_label, tier_of
 from app.ml.ranking import (
@@ -71,6 +72,8 @@ class LearnwareView(Protocol):
     task: str
     variant: str
     label_names: list[str]
+    inputs: list[str]
+    """The inputs its package declares (the dock runs it on them)."""
 
 
 class Market(Protocol):
@@ -277,8 +280,9 @@ def service_ranking(
     checked_here: int = 0,
     checks: dict[int, tuple[LabelMap, ShotScore] | None] | None = None,
 ) -> list[Ranked]:
-    """The dock's order for this user: tiers and cosine, then the shot check (not for spec-only
-    users), through the same functions the service's worker calls, with label names compared by
+    """The dock's order for this user: tiers and cosine, then the shot check (for a spec-only
+    user, the close matches' agreement on their declared inputs instead: `peer_agreement`),
+    through the same functions the service's worker calls, with label names compared by
     ``space``'s frozen base. Where the user's spec is refitted under other label sets, (how many,
     seconds) is appended to ``realign_seconds``.
 
@@ -328,7 +332,33 @@ def service_ranking(
             )
         if (checked := done[lw_id]) is not None:
             maps[lw_id], shots[lw_id] = checked
-    return rank_for_task(candidates, names, maps=maps, shots=shots)
+    agreement = (
+        peer_agreement(market, candidates, names, vectors, shot_check_k)
+        if user.spec_only and not checked_here
+        else {}
+    )
+    return rank_for_task(candidates, names, maps=maps, shots=shots, agreement=agreement)
+
+
+def peer_agreement(
+    market: Market,
+    candidates: list[Candidate],
+    names: list[str],
+    vectors: dict[int, np.ndarray],
+    k: int,
+) -> dict[int, float]:
+    """What the worker scores a spec-only task's close matches by (`app.ml.agreement`): the first
+    ``k`` that answer the user's labels by name, each run on their pooled declared inputs."""
+    peers = agreement_chosen(candidates, names, vectors, k)
+    if not peers:
+        return {}
+    texts = pooled_inputs([market.learnwares[i].inputs for i in peers])
+    answered = {}
+    for i in peers:
+        lw = market.learnwares[i]
+        predicted = market.predict(lw, texts)
+        answered[i] = user_answers(predicted.labels, predicted.probs, names, lw.label_names)
+    return agreement_scores(answered, len(names))
 
 
 def realigned_candidates(
@@ -440,7 +470,17 @@ def measure(market: Market, user: User, ranked: list[Ranked]) -> dict[str, float
     return metrics
 
 
-def summarise(rows: list[tuple[User, dict[str, float]]]) -> dict[str, dict[str, float]]:
+class KindAndSeed(Protocol):
+    """What `summarise` reads of a user."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def seed(self) -> int: ...
+
+
+def summarise(rows: Sequence[tuple[KindAndSeed, dict[str, Any]]]) -> dict[str, dict[str, float]]:
     """Per kind: the mean of each measure and its spread (std over user seeds of the seed means)."""
     out: dict[str, dict[str, float]] = {}
     for kind in dict.fromkeys(u.kind for u, _ in rows):

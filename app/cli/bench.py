@@ -146,6 +146,25 @@ def bench_identify_markets(
     typer.echo(json.dumps(combined["verdict"], indent=2))
 
 
+@bench_app.command("identify-rerun")
+def bench_identify_rerun(
+    run: Annotated[Path, typer.Argument(help="a `bench identify` JSON file")],
+    rerun: Annotated[
+        Path, typer.Argument(help="a `bench identify --kind ...` JSON file of the same market, newer code")
+    ],
+    out: Out,
+) -> None:
+    """The run with the rerun's kinds of user task in place of its own (for a change that moves
+    those kinds' users only); the per-kind table is recomputed and both commands kept (trains nothing)."""
+    from app.bench.identification_rerun import RerunMismatch, write_with_rerun
+
+    try:
+        merged = write_with_rerun(run, rerun, out)
+    except RerunMismatch as error:
+        raise typer.BadParameter(str(error)) from error
+    typer.echo(json.dumps(merged["kinds"]["mean over kinds"], indent=2))
+
+
 @bench_app.command("label-maps")
 def bench_label_maps(
     out: Out,

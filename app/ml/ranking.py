@@ -21,7 +21,9 @@ handful of easy examples, but unsure, loses to one that is right and sure) less 
 label map the examples chose (`map_cost`: the map's description length per example, so a
 larger model restricted to a few of its classes, one of many maps that could fit a handful of
 examples, does not win on a lucky fit, and a map the names argue against costs the most); then
-the unchecked ones that answer the user's labels by name, in cosine order; then checked matches
+the unchecked ones that answer the user's labels by name, in cosine order (for a spec-only task,
+whose examples the dock never saw, its close matches first by how much the others bear them out
+on their declared inputs: `app.ml.agreement`); then checked matches
 that did no better than chance, in cosine order (a check no better than a guess is no evidence
 either way, so the spec decides among them: `rank_for_task`); then the unchecked ones that would
 need a label map (none was chosen: the user could not read their answers), in cosine order; then
@@ -581,6 +583,9 @@ class Ranked:
     """Those names in the order the task's numbered codes read (`Candidate.reading`)."""
     searched: bool = False
     """That order the one its spec agrees with most (`Candidate.searched`)."""
+    agreement: float | None = None
+    """Where the dock had no examples to check on (a spec-only task): its mean κ with the other
+    close matches on their pooled declared inputs (`app.ml.agreement`), which orders those matches."""
 
     @property
     def checked(self) -> bool:
@@ -614,6 +619,7 @@ class Ranked:
             "shot_confidence": None if shot is None else shot.confidence,
             "shot_log_likelihood": None if shot is None else shot.log_likelihood,
             "shot_map_cost": None if shot is None else shot.map_cost,
+            "agreement": None if self.agreement is None else round(float(self.agreement), 6),
             "reason": self.reason(n_examples, user_names, model_names)
             if user_names
             else f"spec similarity {self.score:.3f}",
@@ -642,6 +648,11 @@ class Ranked:
             parts.append(
                 f"checked on {shots}: {self.shot.accuracy:.0%} right, mean log-probability of "
                 f"your labels {self.shot.log_likelihood:.2f}{cost}{verdict}"
+            )
+        elif self.agreement is not None:
+            parts.append(
+                f"agrees with the other close matches on their declared inputs by κ {self.agreement:.2f} "
+                "(no examples of yours to check on: of the close matches, those the others bear out most come first)"
             )
         if self.tier == Tier.CANNOT:
             parts.append("cannot answer: it has fewer classes than your task has labels")
@@ -681,14 +692,17 @@ def rank_for_task(
     *,
     maps: Mapping[int, LabelMap | None] | None = None,
     shots: Mapping[int, ShotScore | None] | None = None,
+    agreement: Mapping[int, float] | None = None,
 ) -> list[Ranked]:
     """The final order (module docstring): checked and better than chance by shot score; the
-    unchecked that answer the user's labels with a map (by name), in ``ordered``'s order (it must
-    be `by_tier`'s); checked but no better than chance, in ``ordered``'s order; the unchecked that would
-    need a label map nobody chose, in ``ordered``'s order; those that cannot answer. Stable: equal
-    scores keep ``ordered``'s order."""
+    unchecked that answer the user's labels with a map (by name), those with an ``agreement``
+    score first by it (`app.ml.agreement`: a spec-only task's close matches), then in
+    ``ordered``'s order (it must be `by_tier`'s); checked but no better than chance, in
+    ``ordered``'s order; the unchecked that would need a label map nobody chose, in ``ordered``'s
+    order; those that cannot answer. Stable: equal scores keep ``ordered``'s order."""
     maps = maps or {}
     shots = shots or {}
+    agreement = agreement or {}
     chance = 1.0 / max(1, len(user_names))
     ranked = []
     for cand in ordered:
@@ -707,6 +721,7 @@ def rank_for_task(
                 cand.aligned,
                 cand.reading,
                 cand.searched,
+                None if shots.get(cand.id) is not None else agreement.get(cand.id),
             )
         )
 
@@ -740,7 +755,14 @@ def rank_for_task(
     def in_order(g: int) -> list[Ranked]:
         return [r for r in ranked if group(r) == g]
 
-    return by_shot_score(0) + in_order(1) + in_order(2) + in_order(3) + in_order(4)
+    # A spec-only task's close matches the others bear out most first (`app.ml.agreement`): the
+    # cosine barely tells a good model of a task from one trained on a twentieth of its data.
+    unchecked = in_order(1)
+    agreed = sorted(
+        (r for r in unchecked if r.agreement is not None), key=lambda r: -float(r.agreement or 0.0)
+    )
+    rest = [r for r in unchecked if r.agreement is None]
+    return by_shot_score(0) + agreed + rest + in_order(2) + in_order(3) + in_order(4)
 
 
 def as_ranked(candidates: Sequence[Candidate]) -> list[Ranked]:

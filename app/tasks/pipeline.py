@@ -28,7 +28,7 @@ from app.ml.ranking import (
     with_searched,
 )
 from app.tasks.service import find_candidates, present, rank
-from app.tasks.shot_check import shot_check
+from app.tasks.shot_check import agreement_check, shot_check
 
 if TYPE_CHECKING:
     from app.ml.spec_space import SpecSpace  # torch-heavy: only in workers
@@ -148,8 +148,11 @@ def _of_label_set(
 
 
 def identify(ctx: JobContext) -> None:
-    """Rank the learnwares against a task's stored spec."""
-    ctx.progress(0.5, "ranking learnwares", force=True)
+    """Rank the learnwares against a task's stored spec (a task posted as a spec only: no
+    examples to check on). With label names, its close matches are ordered by how much the others
+    bear them out on their declared inputs (`agreement_check`)."""
+    ctx.progress(0.3, "ranking learnwares", force=True)
+    k = ctx.runtime.settings.shot_check_k
     with ctx.runtime.db.session() as session:
         task = _task(session, ctx)
         spec = session.get(Spec, task.spec_id) if task.spec_id else None
@@ -157,8 +160,19 @@ def identify(ctx: JobContext) -> None:
             raise IncompatibleSpec(f"task {task.id} has no spec")
         task.status = TaskStatus.running
         vector = vector_from_bytes(spec.vector, spec.dim)
-        results, version = rank(session, ctx.runtime, task.space_id, vector, task.top_k, task.label_names)
-        _finish(ctx, session, task, results, version)
+        label_names, top_k = list(task.label_names), task.top_k
+        if not label_names or not k:
+            results, version = rank(session, ctx.runtime, task.space_id, vector, top_k, label_names)
+            _finish(ctx, session, task, results, version)
+            return
+        candidates, version = find_candidates(
+            session, ctx.runtime, task.space_id, vector, max(top_k, k), label_names
+        )
+    agreement = agreement_check(ctx, candidates, label_names, k)
+    ranked = rank_for_task(candidates, label_names, agreement=agreement)
+    with ctx.runtime.db.session() as session:
+        task = _task(session, ctx)
+        _finish(ctx, session, task, present(session, ranked[:top_k], label_names), version)
 
 
 def _finish(

@@ -35,7 +35,8 @@ class MatchRead(BaseModel):
     Order of a task's matches: those the shot check ran on the task's examples and that did
     better than chance (`shot_log_likelihood` less `shot_map_cost` above a uniform guess's, the
     log of 1 / the task's label count), by that score (then `shot_accuracy`); then
-    the unchecked ones that answer the task's labels by name (`tier` labels-by-name), by `score`;
+    the unchecked ones that answer the task's labels by name (`tier` labels-by-name), by `score`
+    (for a task posted as a spec only, the close matches first, by `agreement`);
     then checked ones that did no better than chance, by `score` (their check is no evidence either way); then the unchecked ones
     that would need a label map none was chosen for (`tier` label-map, no `label_map`), by `score`;
     then those that cannot answer (`tier` cannot-answer). `score` is the spec
@@ -115,6 +116,14 @@ class MatchRead(BaseModel):
         "they chose among, or, where both label sets' names carry meaning and read the map as "
         "likelier, its cost under the names' reading plus log 2 (0 for a map by name or by "
         "meaning); None where the shot check did not run it",
+    )
+    agreement: float | None = Field(
+        default=None,
+        description="for a task posted as a spec only (the dock never saw its examples): this "
+        "match's mean chance-corrected agreement (Cohen's κ, 1 the same answers, 0 no better than "
+        "chance) with the other close matches that answer the task's labels by name, all run on "
+        "their pooled declared inputs; it orders those matches, most first. None where it was not "
+        "run (a task with examples is checked on them instead)",
     )
     spec_recomputed: bool | None = Field(
         default=None,

@@ -9,6 +9,10 @@ names' meaning, or by the examples where the names do not decide: `choose_label_
 `rank_for_task` orders them by how they did. The identification benchmark measures what this
 adds (docs/benchmarks/identification.md).
 
+A task posted as a spec only has no examples in the dock; its close matches are run on their own
+pooled declared inputs instead and ordered by how much the others bear them out
+(`agreement_check`, `app.ml.agreement`).
+
 A worker keeps the models it ran last loaded (`LoadedRunners`, `shot_check_loaded_models` of
 them, keyed by the package's digest, so a package is never stale): a popular learnware is then
 not fetched, extracted and loaded again for each task that checks it
@@ -35,8 +39,10 @@ from app.db.models import TaskStatus, UserTask
 from app.errors import InvalidInput, InvalidPackage
 from app.jobs.runner import JobContext
 from app.learnwares import repository as learnwares
-from app.learnwares.packages import extracted
+from app.learnwares.packages import extracted, scratch_folder
+from app.ml.agreement import AGREEMENT_INPUTS, agreement_chosen, agreement_scores, pooled_inputs, user_answers
 from app.ml.label_maps import LabelMap
+from app.ml.packages import read_package_inputs
 from app.ml.ranking import Candidate, ShotScore, choose_checked
 from app.ml.shot_check import check_runner
 from app.storage.store import ArtifactNotFound
@@ -134,6 +140,81 @@ def shot_check(
     return maps, scores
 
 
+def agreement_check(
+    ctx: JobContext, candidates: Sequence[Candidate], label_names: Sequence[str], k: int
+) -> dict[int, float]:
+    """For a task without examples (a spec only): the first ``k`` close matches that answer its
+    labels by name (`agreement_chosen`) run on their pooled declared inputs, each scored by its
+    mean κ with the others (`app.ml.agreement`). A learnware that cannot be run is left out, with
+    a line in the job's log; with fewer than three left, nothing is scored."""
+    pool = list(candidates[: 4 * k])
+    with ctx.runtime.db.session() as session:
+        vectors = learnwares.spec_vectors(session, [c.id for c in pool])
+        peers = agreement_chosen(pool, label_names, vectors, k)
+        rows = learnwares.ready_by_ids(session, peers)
+        packages = {i: rows[i].package_sha256 for i in peers if i in rows}
+    if not peers:
+        return {}
+    capacity = ctx.runtime.settings.shot_check_loaded_models
+    started = time.perf_counter()
+    loaded: dict[int, tuple[Runner, list[str]]] = {}
+    for learnware_id in peers:
+        try:
+            if learnware_id not in packages:
+                raise InvalidPackage(f"learnware {learnware_id} is no longer ready")
+            sha256 = packages[learnware_id]
+            label = f"job-{ctx.claim.job_id}"
+            runner, _ = LOADED.get(sha256, partial(_load, ctx.runtime, sha256, label), capacity)
+            loaded[learnware_id] = (runner, _declared_inputs(ctx.runtime, sha256, label))
+        except UNCHECKABLE as error:
+            ctx.log(f"agreement check skipped learnware {learnware_id}: {error}")
+    texts = pooled_inputs([inputs for _, inputs in loaded.values()])
+    answered: dict[int, np.ndarray] = {}
+    for done, (learnware_id, (runner, _)) in enumerate(loaded.items(), start=1):
+        try:
+            predicted = runner.predict(texts)
+            answered[learnware_id] = user_answers(
+                predicted.labels, predicted.probs, label_names, list(runner.label_names)
+            )
+        except UNCHECKABLE as error:
+            ctx.log(f"agreement check skipped learnware {learnware_id}: {error}")
+        ctx.progress(0.5 + 0.4 * done / len(loaded), f"agreement check {done}/{len(loaded)}", force=True)
+    scores = agreement_scores(answered, len(label_names))
+    ctx.log(
+        f"agreement check: {len(scores)} of {len(peers)} close matches run on {len(texts)} of their "
+        f"declared inputs in {time.perf_counter() - started:.2f} s"
+    )
+    return scores
+
+
+_DECLARED: OrderedDict[str, list[str]] = OrderedDict()
+_DECLARED_LOCK = threading.Lock()
+_DECLARED_KEPT = 256
+"""How many packages' first declared inputs this process keeps (at most `AGREEMENT_INPUTS` each)."""
+
+
+def _declared_inputs(runtime: Runtime, sha256: str, label: str) -> list[str]:
+    """The first `AGREEMENT_INPUTS` inputs package ``sha256`` declares: kept from when `_load`
+    extracted it, or read from the stored zip's one inputs member."""
+    with _DECLARED_LOCK:
+        kept = _DECLARED.get(sha256)
+    if kept is not None:
+        return kept
+    with scratch_folder(runtime, label=label) as scratch:
+        zip_path = runtime.store.fetch(sha256, scratch / "package.zip")
+        return _keep_declared(sha256, read_package_inputs(zip_path, runtime.settings.package_limits()))
+
+
+def _keep_declared(sha256: str, inputs: Sequence[str]) -> list[str]:
+    first = list(inputs[:AGREEMENT_INPUTS])
+    with _DECLARED_LOCK:
+        _DECLARED[sha256] = first
+        _DECLARED.move_to_end(sha256)
+        while len(_DECLARED) > _DECLARED_KEPT:
+            _DECLARED.popitem(last=False)
+    return first
+
+
 def most_checked(session: Session, limit: int, recent: int = RECENT_TASKS) -> list[str]:
     """The package digests of the ready learnwares that the latest ``recent`` identified tasks
     checked most often (ties: the most recently checked first), at most ``limit``."""
@@ -192,4 +273,5 @@ def _load(runtime: Runtime, sha256: str, label: str) -> Runner:
     from app.ml.runners import load_runner  # torch-heavy
 
     with extracted(runtime, sha256, label=label) as package:
+        _keep_declared(sha256, package.inputs)
         return load_runner(package)

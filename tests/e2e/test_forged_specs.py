@@ -17,14 +17,14 @@ pytestmark = pytest.mark.e2e
 JUNK = 10
 
 
-def _junk_packages(datasets_dir: Path, out: Path) -> list[Path]:
+def _junk_packages(datasets_dir: Path, out: Path, count: int = JUNK) -> list[Path]:
     """Distinct real models of the spam task trained on labels drawn at random: they answer
     "ham"/"spam" as the good one does, and are no better than chance."""
     from app.bench.builders import train_tfidf_onnx_learnware
 
     train = load_task(datasets_dir, "sms_spam", "train", limit=600, seed=0)
     packages = []
-    for seed in range(JUNK):
+    for seed in range(count):
         labels = np.random.default_rng(seed).integers(0, 2, len(train))
         noise = TextTask(train.name, train.split, train.texts, labels, train.label_names)
         packages.append(
@@ -101,3 +101,41 @@ def test_a_flood_of_copied_specs_does_not_displace_the_good_learnware(
     assert here.checked == [good.learnware_id] and not here.skipped
     assert here.matches[0].learnware_id == good.learnware_id and here.matches[0].checked
     assert not any(m.checked for m in here.matches[1:])
+
+
+def test_a_spec_only_user_gets_the_close_matches_the_others_bear_out_first(
+    processes: Processes, tfidf_packages: dict[str, Path], datasets_dir: Path, tmp_path: Path
+) -> None:
+    """No examples reach the dock, so no shot check: the spam learnwares that answer the user's
+    labels by name are run on their pooled declared inputs, and the ones the others agree with
+    most (Cohen's κ) come first. Two trained on random labels agree with nobody, whatever their
+    cosine, and come after the good one and a weaker one trained on a few dozen messages."""
+    from app.bench.builders import train_tfidf_onnx_learnware
+
+    dock = start_embedded(processes, tmp_path)
+    developer, user = dock.key("developer"), dock.key("user")
+    few = load_task(datasets_dir, "sms_spam", "train", limit=60, seed=3)
+    small = train_tfidf_onnx_learnware(few, tmp_path / "small.zip", name="spam-small")
+    zips = [tfidf_packages["sms_spam"], small, *_junk_packages(datasets_dir, tmp_path, count=2)]
+    with DockClient(dock.url, developer) as dev:
+        jobs = [dev.submit(zip_path) for zip_path in zips]
+        assert all(dev.wait(j.job_id, timeout=600).state.value == "succeeded" for j in jobs)
+    good, weak, *junk = (j.learnware_id for j in jobs)
+
+    query = few_shot(load_task(datasets_dir, "sms_spam", "test"), per_class=8, seed=1)
+    with DockClient(dock.url, user) as client:
+        posted = client.task(
+            query.texts, [int(y) for y in query.labels], query.label_names, top_k=4, local_spec=True
+        )
+        result = client.wait_task(posted.task_id, timeout=300)
+        job = client.wait(posted.job_id, timeout=60)
+    assert result.status.value == "ready", result.error
+    assert result.n_examples == 0 and not any(m.checked for m in result.matches)
+    scores = [m.agreement for m in result.matches]
+    assert all(s is not None for s in scores) and scores == sorted(scores, reverse=True)  # type: ignore[type-var]
+    assert {m.learnware_id for m in result.matches[:2]} == {good, weak}
+    assert {m.learnware_id for m in result.matches[2:]} == set(junk)
+    assert all(abs(m.agreement or 0.0) < 0.2 for m in result.matches[2:])
+    assert all("κ" in m.reason and "no examples of yours" in m.reason for m in result.matches)
+    assert job.state.value == "succeeded"
+    assert any("agreement check: 4 of 4 close matches run on" in line for line in job.log), job.log

@@ -299,7 +299,9 @@ class DockClient:
                     skipped[learnware_id] = str(error)
             if progress is not None:
                 progress(len(chosen), len(chosen), "done")
-        ranked = rank_for_task(candidates, names, maps=maps, shots=shots)
+        # The dock's agreement check (its order of the close matches) stands for any not run here.
+        agreement = {m.learnware_id: m.agreement for m in result.matches if m.agreement is not None}
+        ranked = rank_for_task(candidates, names, maps=maps, shots=shots, agreement=agreement)
         matches = [
             MatchRead.model_validate(
                 {

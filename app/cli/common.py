@@ -92,9 +92,19 @@ def label_names_option(value: str) -> list[str]:
 RANKING_ORDER = (
     "Order: matches checked on your examples that beat chance (by the log-probability they gave "
     "your labels, less a label map's cost, above a uniform guess's); then the unchecked that "
-    "answer your labels by name, by spec score; then the checked at chance, by their score; then "
+    "answer your labels by name, by spec score (a task posted as a spec only: its close matches "
+    "first, by how much they agree with one another on their declared inputs, κ); then the checked "
+    "at chance, by their score; then "
     "the unchecked with other label names and no map, by spec score. Why each one is where it is:"
 )
+
+
+def _on_examples(shot: float | None, confidence: float | None, agreement: float | None) -> str:
+    """The "on your examples" cell: the shot check's accuracy, or for a spec-only task's close
+    matches their agreement with one another (κ), or a dash."""
+    if shot is not None:
+        return f"{shot:.0%}" + ("" if confidence is None else f" (p {confidence:.2f})")
+    return "–" if agreement is None else f"not run; κ {agreement:.2f}"
 
 
 def print_matches(matches: list[Any]) -> None:
@@ -110,7 +120,7 @@ def print_matches(matches: list[Any]) -> None:
             str(m.rank),
             str(m.learnware_id),
             f"{m.score:.4f}" + (" aligned" if getattr(m, "aligned", False) else ""),
-            "–" if shot is None else f"{shot:.0%}" + ("" if confidence is None else f" (p {confidence:.2f})"),
+            _on_examples(shot, confidence, getattr(m, "agreement", None)),
             m.name,
             m.model_format,
             labels[:48],

@@ -54,6 +54,28 @@ def test_the_cli_shows_the_shot_check_the_label_map_and_why(capsys: pytest.Captu
     assert "checked on your 16" in out and "Order: matches checked on your examples" in out
 
 
+def test_the_cli_shows_a_spec_only_tasks_agreement(capsys: pytest.CaptureFixture[str]) -> None:
+    from app.cli.common import print_matches
+    from app.tasks.schemas import MatchRead
+
+    common = {
+        "task_type": "text-classification",
+        "model_format": "onnx",
+        "tags": [],
+        "label_names": ["a", "b"],
+    }
+    print_matches(
+        [
+            MatchRead(
+                rank=1, learnware_id=2, score=0.32, name="good", agreement=0.64, reason="κ 0.64", **common
+            ),
+            MatchRead(rank=2, learnware_id=1, score=0.34, name="weak", agreement=0.21, **common),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert "not run; κ 0.64" in out and "not run; κ 0.21" in out and "agree with one another" in out
+
+
 def test_a_worker_keeps_the_models_it_checked_last_loaded(
     tfidf_packages: dict[str, Path], tmp_path: Path, datasets_dir: Path
 ) -> None:

@@ -183,6 +183,15 @@ def test_a_map_the_examples_chose_shows_its_cost_and_older_results_still_render(
     assert "less the label map&#39;s cost" in page.text or "less the label map's cost" in page.text
     assert "-0.42 − 0.17 for the map your examples chose" in page.text
     assert "negative → 0" in page.text
+    assert "Agreement with the other close matches" not in page.text
+    # A task posted as a spec only: its close matches' agreement, where the accuracy would be.
+    with runtime.db.session() as session:
+        task = session.get(UserTask, task_id)
+        assert task is not None and task.results is not None
+        unchecked = {**task.results[0], "shot_accuracy": None, "shot_confidence": None, "agreement": 0.64}
+        task.results = [unchecked]
+    page = client.get(f"/tasks/{task_id}")
+    assert "Agreement with the other close matches" in page.text and "κ 0.64" in page.text
 
 
 def test_a_ranked_task_shows_what_the_api_says_and_starts_a_fine_tune(

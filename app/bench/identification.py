@@ -971,12 +971,14 @@ def render_markdown(result: dict[str, Any]) -> str:
         "names their meaning does not map of more labels in the alignment with each learnware's "
         "classes that its own spec agrees with most, where that stands above every own cosine), the top "
         f"{SHOT_CHECK_K} distinct candidates ({SHOT_CHECK_K_UNNAMED} where none answers the user's "
-        "labels by name) checked on the user's examples (not for spec-only users) under the label "
+        "labels by name) checked on the user's examples under the label "
         "map the dock chooses, ordered by the mean log-probability they give the user's labels, less "
         "the description length of a map the examples chose (`map_cost`); those whose score is no "
         "better than a uniform guess's (log 1 / the label count) after the unchecked ones that "
         "answer by name, in the spec's order (a check no better than a guess is no evidence), and "
-        "before the unchecked ones with no label map. "
+        "before the unchecked ones with no label map. Spec-only users (no examples reach the dock): "
+        f"the top {SHOT_CHECK_K} distinct candidates that answer their labels by name run on their "
+        "pooled declared inputs instead, first by their mean agreement with one another (Cohen's κ). "
         "Mean over users; ± the standard deviation of the "
         "per-seed means over the user seeds; the headline is the mean over kinds.",
         "",

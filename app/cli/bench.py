@@ -303,6 +303,13 @@ def bench_tasks(
         ("ag_news", "sst2", "trec", "sms_spam", "tweet_emotion")
     ),
     seeds: Annotated[int, typer.Option(min=1, help="draws of 8 shots per class per dataset")] = 2,
+    spec_only: Annotated[
+        bool,
+        typer.Option(
+            "--spec-only/--no-spec-only",
+            help="also post each as a spec fitted here (the dock runs the agreement check)",
+        ),
+    ] = False,
     datasets: Datasets = None,
 ) -> None:
     """Few-shot tasks through a running dock's API, timed from the POST to the ranking."""
@@ -311,7 +318,13 @@ def bench_tasks(
     if not key:
         raise typer.BadParameter("a user key is needed (--key or PAVEDOCK_API_KEY)", param_hint="--key")
     result = run_task_latency(
-        url, key, datasets_dir(datasets), out, tasks=tuple(t for t in tasks.split(",") if t), seeds=seeds
+        url,
+        key,
+        datasets_dir(datasets),
+        out,
+        tasks=tuple(t for t in tasks.split(",") if t),
+        seeds=seeds,
+        spec_only=spec_only,
     )
     for kind, v in result["by_kind"].items():
         console.print(f"{kind}: median {v['median_s']:.2f} s, p90 {v['p90_s']:.2f} s over {v['tasks']} tasks")

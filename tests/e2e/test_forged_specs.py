@@ -139,3 +139,12 @@ def test_a_spec_only_user_gets_the_close_matches_the_others_bear_out_first(
     assert all("κ" in m.reason and "no examples of yours" in m.reason for m in result.matches)
     assert job.state.value == "succeeded"
     assert any("agreement check: 4 of 4 close matches run on" in line for line in job.log), job.log
+    # `pavedock bench tasks --spec-only` times such a task beside the few-shot ones.
+    from app.bench.task_latency import run_task_latency
+
+    timed = run_task_latency(
+        dock.url, user, datasets_dir, tmp_path / "latency.json", tasks=("sms_spam",), seeds=1, spec_only=True
+    )
+    assert set(timed["by_kind"]) == {"own names", "codes", "spec only"}
+    spec_only_timing = next(t for t in timed["timings"] if t["names"] == "spec only")
+    assert spec_only_timing["checked"] == 4 and spec_only_timing["seconds"] > 0

@@ -29,8 +29,8 @@ from app.ml.ranking import Candidate, choose_checked
 
 AGREEMENT_INPUTS = 48
 """How many of each peer's declared inputs are pooled (the first ones, as validation runs them):
-with five peers, 240 texts for every peer to answer, about what a shot check of 64 examples costs
-five models (a cost cap, not a choice on any benchmark)."""
+with five peers, 240 texts for every peer to answer, about four times what a shot check of 64
+examples costs the same five models (a cost cap, not a choice on any benchmark)."""
 
 MIN_PEERS = 3
 """Fewer peers say nothing: two models agree with each other exactly as much as the other way round."""

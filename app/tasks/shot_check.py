@@ -111,23 +111,15 @@ def shot_check(
     A learnware that cannot be run (its package is gone or no longer loads) is left unchecked,
     with a line in the job's log: the check never fails the identification.
     """
-    pool = list(candidates[: 4 * k])
-    with ctx.runtime.db.session() as session:
-        vectors = learnwares.spec_vectors(session, [c.id for c in pool])
-        chosen = choose_checked(pool, label_names, vectors, k)
-        rows = learnwares.ready_by_ids(session, chosen)
-        packages = {i: rows[i].package_sha256 for i in chosen if i in rows}
+    chosen, packages = _chosen(
+        ctx, candidates, k, lambda pool, vectors: choose_checked(pool, label_names, vectors, k)
+    )
     maps: dict[int, LabelMap | None] = {}
     scores: dict[int, ShotScore | None] = {}
-    capacity = ctx.runtime.settings.shot_check_loaded_models
     started, reused = time.perf_counter(), 0
     for done, learnware_id in enumerate(chosen, start=1):
         try:
-            if learnware_id not in packages:
-                raise InvalidPackage(f"learnware {learnware_id} is no longer ready")
-            sha256 = packages[learnware_id]
-            load = partial(_load, ctx.runtime, sha256, f"job-{ctx.claim.job_id}")
-            runner, was_loaded = LOADED.get(sha256, load, capacity)
+            runner, was_loaded = _runner(ctx, learnware_id, packages)
             reused += was_loaded
             maps[learnware_id], scores[learnware_id] = check_runner(runner, texts, labels, label_names, space)
         except UNCHECKABLE as error:
@@ -147,25 +139,18 @@ def agreement_check(
     labels by name (`agreement_chosen`) run on their pooled declared inputs, each scored by its
     mean κ with the others (`app.ml.agreement`). A learnware that cannot be run is left out, with
     a line in the job's log; with fewer than three left, nothing is scored."""
-    pool = list(candidates[: 4 * k])
-    with ctx.runtime.db.session() as session:
-        vectors = learnwares.spec_vectors(session, [c.id for c in pool])
-        peers = agreement_chosen(pool, label_names, vectors, k)
-        rows = learnwares.ready_by_ids(session, peers)
-        packages = {i: rows[i].package_sha256 for i in peers if i in rows}
+    peers, packages = _chosen(
+        ctx, candidates, k, lambda pool, vectors: agreement_chosen(pool, label_names, vectors, k)
+    )
     if not peers:
         return {}
-    capacity = ctx.runtime.settings.shot_check_loaded_models
     started = time.perf_counter()
     loaded: dict[int, tuple[Runner, list[str]]] = {}
     for learnware_id in peers:
         try:
-            if learnware_id not in packages:
-                raise InvalidPackage(f"learnware {learnware_id} is no longer ready")
-            sha256 = packages[learnware_id]
-            label = f"job-{ctx.claim.job_id}"
-            runner, _ = LOADED.get(sha256, partial(_load, ctx.runtime, sha256, label), capacity)
-            loaded[learnware_id] = (runner, _declared_inputs(ctx.runtime, sha256, label))
+            runner, _ = _runner(ctx, learnware_id, packages)
+            inputs = _declared_inputs(ctx.runtime, packages[learnware_id], f"job-{ctx.claim.job_id}")
+            loaded[learnware_id] = (runner, inputs)
         except UNCHECKABLE as error:
             ctx.log(f"agreement check skipped learnware {learnware_id}: {error}")
     texts = pooled_inputs([inputs for _, inputs in loaded.values()])
@@ -185,6 +170,31 @@ def agreement_check(
         f"declared inputs in {time.perf_counter() - started:.2f} s"
     )
     return scores
+
+
+def _chosen(
+    ctx: JobContext,
+    candidates: Sequence[Candidate],
+    k: int,
+    choose: Callable[[list[Candidate], dict[int, np.ndarray]], list[int]],
+) -> tuple[list[int], dict[int, str]]:
+    """The learnwares ``choose`` picks of the first 4k candidates, given their spec vectors, and
+    the package digest of each that is still ready."""
+    pool = list(candidates[: 4 * k])
+    with ctx.runtime.db.session() as session:
+        chosen = choose(pool, learnwares.spec_vectors(session, [c.id for c in pool]))
+        rows = learnwares.ready_by_ids(session, chosen)
+    return chosen, {i: rows[i].package_sha256 for i in chosen if i in rows}
+
+
+def _runner(ctx: JobContext, learnware_id: int, packages: dict[int, str]) -> tuple[Runner, bool]:
+    """A chosen learnware's model from this process's `LOADED` (loaded from its package where it
+    is not yet), and whether it was loaded already."""
+    if learnware_id not in packages:
+        raise InvalidPackage(f"learnware {learnware_id} is no longer ready")
+    sha256 = packages[learnware_id]
+    load = partial(_load, ctx.runtime, sha256, f"job-{ctx.claim.job_id}")
+    return LOADED.get(sha256, load, ctx.runtime.settings.shot_check_loaded_models)
 
 
 _DECLARED: OrderedDict[str, list[str]] = OrderedDict()

@@ -148,3 +148,44 @@ def test_a_spec_only_user_gets_the_close_matches_the_others_bear_out_first(
     assert set(timed["by_kind"]) == {"own names", "codes", "spec only"}
     spec_only_timing = next(t for t in timed["timings"] if t["names"] == "spec only")
     assert spec_only_timing["checked"] == 4 and spec_only_timing["seconds"] > 0
+
+
+def test_a_tie_the_examples_cannot_break_is_broken_by_the_checked_matches_agreement(
+    processes: Processes, tfidf_packages: dict[str, Path], datasets_dir: Path, tmp_path: Path
+) -> None:
+    """Two spam messages (one of each label) cannot tell a good spam model from two trained on 60
+    messages each: their scores are within one standard error of the best's. The worker runs
+    the three checked models on their pooled declared inputs, through the maps their check
+    chose, and orders the tied ones by their agreement with one another (Cohen's κ): the good
+    model, which the others bear out most, first; every tied match says why."""
+    from app.bench.builders import train_tfidf_onnx_learnware
+
+    dock = start_embedded(processes, tmp_path)
+    developer, user = dock.key("developer"), dock.key("user")
+    smalls = [
+        train_tfidf_onnx_learnware(
+            load_task(datasets_dir, "sms_spam", "train", limit=60, seed=seed),
+            tmp_path / f"small-{seed}.zip",
+            name=f"spam-small-{seed}",
+        )
+        for seed in (3, 4)
+    ]
+    with DockClient(dock.url, developer) as dev:
+        jobs = [dev.submit(zip_path) for zip_path in [tfidf_packages["sms_spam"], *smalls]]
+        assert all(dev.wait(j.job_id, timeout=600).state.value == "succeeded" for j in jobs)
+    good = jobs[0].learnware_id
+
+    query = few_shot(load_task(datasets_dir, "sms_spam", "test"), per_class=1, seed=5)
+    with DockClient(dock.url, user) as client:
+        posted = client.task(query.texts, [int(y) for y in query.labels], query.label_names, top_k=3)
+        result = client.wait_task(posted.task_id, timeout=300)
+        job = client.wait(posted.job_id, timeout=60)
+    assert result.status.value == "ready", result.error
+    assert all(m.checked for m in result.matches) and all(m.tied for m in result.matches)
+    scores = [m.agreement for m in result.matches]
+    assert all(s is not None for s in scores) and scores == sorted(scores, reverse=True)  # type: ignore[type-var]
+    assert result.matches[0].learnware_id == good
+    assert all("cannot tell it from the best checked match" in m.reason for m in result.matches)
+    assert any(
+        "agreement check: 3 of 3 checked matches (to break a near tie) run on" in line for line in job.log
+    ), job.log

@@ -320,7 +320,7 @@ class DockClient:
             if m.agreement is not None and m.learnware_id not in shots
         }
         ranked = rank_for_task(candidates, names, maps=maps, shots=shots, agreement=agreement)
-        if peers := [i for i in tie_peers(ranked, SHOT_CHECK_K if k is None else k) if i in loaded]:
+        if peers := [i for i in tie_peers(ranked) if i in loaded]:
             pooled = pooled_inputs([loaded[i][1] for i in peers])
             answered = {}
             for i in peers:

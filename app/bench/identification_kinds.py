@@ -343,7 +343,7 @@ def service_ranking(
         agreement = peer_agreement(market, candidates, names, vectors, shot_check_k)
         return rank_for_task(candidates, names, agreement=agreement)
     ranked = rank_for_task(candidates, names, maps=maps, shots=shots)
-    peers = tie_peers(ranked, shot_check_k)
+    peers = tie_peers(ranked)
     if not peers:
         return ranked
     return rank_for_task(

@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from app.ml.label_maps import LabelMap, Tier, answers, map_by_name, tier_of
-from app.ml.ranking import SHOT_CHECK_K, Candidate, Ranked, choose_checked, near_tie
+from app.ml.ranking import Candidate, Ranked, choose_checked, near_tie
 
 AGREEMENT_INPUTS = 48
 """How many of each peer's declared inputs are pooled (the first ones, as validation runs them):
@@ -92,16 +92,12 @@ def mapped_answers(predicted: np.ndarray, probs: np.ndarray | None, label_map: L
     return np.asarray(user_pred, dtype=np.int64)
 
 
-def tie_peers(ranked: Sequence[Ranked], k: int = SHOT_CHECK_K) -> list[int]:
+def tie_peers(ranked: Sequence[Ranked]) -> list[int]:
     """Where the shot check's best match has a near tie (`ranking.near_tie`: a score within one
-    standard error of its own), the first ``k`` checked matches better than chance, whose
-    agreement would break it (`ranking.ties_by_agreement`), in their order; empty where nothing
-    ties or fewer than `MIN_PEERS` were checked. ``ranked``: `rank_for_task`'s order before any
-    agreement. At most ``k`` (the shot check's width where a match answers by name) whatever the
-    check ran: a task no match names is checked on 20, and 20 models on 20 declared inputs'
-    worth each would cost sixteen times the five's 240 texts (a cost cap, not a choice on any
-    benchmark)."""
-    checked = [r for r in ranked if r.checked and r.beats_chance and r.label_map is not None][:k]
+    standard error of its own), the checked matches better than chance whose agreement would break
+    it (`ranking.ties_by_agreement`), in their order; empty where nothing ties or fewer than
+    `MIN_PEERS` were checked. ``ranked``: `rank_for_task`'s order before any agreement."""
+    checked = [r for r in ranked if r.checked and r.beats_chance and r.label_map is not None]
     if len(checked) < MIN_PEERS or checked[0] is not ranked[0]:
         return []
     best = checked[0].shot

@@ -80,7 +80,7 @@ def fit_and_identify(ctx: JobContext) -> None:
     check = check_count(candidates, label_names, settings.shot_check_k, settings.shot_check_k_unnamed)
     maps, shots = shot_check(ctx, space, candidates, texts, labels, label_names, check) if check else ({}, {})
     ranked = rank_for_task(candidates, label_names, maps=maps, shots=shots)
-    if peers := tie_peers(ranked, settings.shot_check_k):  # the examples cannot tell the best from others
+    if peers := tie_peers(ranked):  # the examples cannot tell the best checked match from others
         agreement = tie_check(ctx, peers, maps, len(label_names))
         ranked = rank_for_task(candidates, label_names, maps=maps, shots=shots, agreement=agreement)
     with ctx.runtime.db.session() as session:

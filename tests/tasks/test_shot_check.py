@@ -74,18 +74,6 @@ def test_the_cli_shows_a_spec_only_tasks_agreement(capsys: pytest.CaptureFixture
     )
     out = capsys.readouterr().out
     assert "not run; κ 0.64" in out and "not run; κ 0.21" in out and "agree with one another" in out
-    # Checked matches the examples could not tell apart: the κ that ordered them, beside the accuracy.
-    print_matches(
-        [
-            MatchRead(
-                rank=1, learnware_id=2, score=0.32, name="good", checked=True, shot_accuracy=0.75,
-                agreement=0.58, tied=True, reason="your examples cannot tell it", **common,
-            ),
-            MatchRead(rank=2, learnware_id=1, score=0.34, name="weak", checked=True, shot_accuracy=1.0, **common),
-        ]
-    )  # fmt: skip
-    out = capsys.readouterr().out
-    assert "75%; tie, κ 0.58" in out and "100%" in out and "within one standard error" in out
 
 
 def test_a_worker_keeps_the_models_it_checked_last_loaded(

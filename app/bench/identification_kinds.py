@@ -40,14 +40,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from app.ml.agreement import (
-    agreement_chosen,
-    agreement_scores,
-    mapped_answers,
-    pooled_inputs,
-    tie_peers,
-    user_answers,
-)
+from app.ml.agreement import agreement_chosen, agreement_scores, pooled_inputs, user_answers
 from app.ml.data import TextTask, few_shot
 from app.ml.label_maps import LabelMap, Tier, answers, label_set, map_by_name, normalise_label, tier_of
 from app.ml.ranking import (
@@ -339,31 +332,12 @@ def service_ranking(
             )
         if (checked := done[lw_id]) is not None:
             maps[lw_id], shots[lw_id] = checked
-    if user.spec_only and not checked_here:
-        agreement = peer_agreement(market, candidates, names, vectors, shot_check_k)
-        return rank_for_task(candidates, names, agreement=agreement)
-    ranked = rank_for_task(candidates, names, maps=maps, shots=shots)
-    peers = tie_peers(ranked)
-    if not peers:
-        return ranked
-    return rank_for_task(
-        candidates, names, maps=maps, shots=shots, agreement=tie_agreement(market, ranked, peers, len(names))
+    agreement = (
+        peer_agreement(market, candidates, names, vectors, shot_check_k)
+        if user.spec_only and not checked_here
+        else {}
     )
-
-
-def tie_agreement(market: Market, ranked: list[Ranked], peers: list[int], n_labels: int) -> dict[int, float]:
-    """What the worker breaks the shot check's near-ties by (`app.ml.agreement.tie_peers`): the
-    checked matches run on their pooled declared inputs, answering through the maps their check
-    chose."""
-    maps = {r.id: r.label_map for r in ranked if r.id in peers}
-    texts = pooled_inputs([market.learnwares[i].inputs for i in peers])
-    answered = {}
-    for i in peers:
-        label_map = maps[i]
-        assert label_map is not None
-        predicted = market.predict(market.learnwares[i], texts)
-        answered[i] = mapped_answers(predicted.labels, predicted.probs, label_map)
-    return agreement_scores(answered, n_labels)
+    return rank_for_task(candidates, names, maps=maps, shots=shots, agreement=agreement)
 
 
 def peer_agreement(

@@ -14,14 +14,8 @@ right, and each errs in its own way; a model that learnt less agrees less with a
 agreement is Cohen's κ, not the share of equal answers: a model that answers one class always
 agrees by chance with every model that answers it often, and κ gives it 0. Near-identical specs
 (copies of one model, a flood) take one place among the peers, so k copies cannot outvote the
-others. The score orders only these matches, among themselves (`ranking.rank_for_task`).
-
-A task with examples is checked on them instead, and of what that check decides, the same score
-moves only the ties its examples cannot break: where a few-shot task's examples cannot tell the
-best checked match from others (scores within one standard error: `ranking.near_tie`), the
-checked matches are run on their pooled declared inputs through the label maps their check chose
-(`tie_peers`, `mapped_answers`), and the tied ones are ordered by their κ
-(`ranking.ties_by_agreement`).
+others. The score orders only these matches, among themselves (`ranking.rank_for_task`); it
+moves nothing a shot check decided, and a task with examples is checked on them instead.
 """
 
 from __future__ import annotations
@@ -30,8 +24,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from app.ml.label_maps import LabelMap, Tier, answers, map_by_name, tier_of
-from app.ml.ranking import Candidate, Ranked, choose_checked, near_tie
+from app.ml.label_maps import Tier, answers, map_by_name, tier_of
+from app.ml.ranking import Candidate, choose_checked
 
 AGREEMENT_INPUTS = 48
 """How many of each peer's declared inputs are pooled (the first ones, as validation runs them):
@@ -77,34 +71,8 @@ def user_answers(
     label_map = map_by_name(user_names, model_names)
     if label_map is None:
         raise ValueError(f"labels {list(model_names)} do not answer {list(user_names)} by name")
-    return mapped_answers(predicted, probs, label_map)
-
-
-def mapped_answers(predicted: np.ndarray, probs: np.ndarray | None, label_map: LabelMap) -> np.ndarray:
-    """A model's answers (its own class ids, and probabilities where it gives them) as the user's
-    label ids through ``label_map``, the one its check chose; −1 where it answers a class outside
-    the map and gives no probabilities to restrict."""
-    if probs is not None and np.asarray(probs).shape[1:] != (label_map.n_model_classes,):
-        raise ValueError(
-            f"probabilities of shape {np.asarray(probs).shape} for a map of {label_map.n_model_classes} classes"
-        )
     user_pred, _ = answers(predicted, probs, label_map)
     return np.asarray(user_pred, dtype=np.int64)
-
-
-def tie_peers(ranked: Sequence[Ranked]) -> list[int]:
-    """Where the shot check's best match has a near tie (`ranking.near_tie`: a score within one
-    standard error of its own), the checked matches better than chance whose agreement would break
-    it (`ranking.ties_by_agreement`), in their order; empty where nothing ties or fewer than
-    `MIN_PEERS` were checked. ``ranked``: `rank_for_task`'s order before any agreement."""
-    checked = [r for r in ranked if r.checked and r.beats_chance and r.label_map is not None]
-    if len(checked) < MIN_PEERS or checked[0] is not ranked[0]:
-        return []
-    best = checked[0].shot
-    assert best is not None
-    if not any(r.shot is not None and near_tie(best, r.shot) for r in checked[1:]):
-        return []
-    return [r.id for r in checked]
 
 
 def kappa(a: np.ndarray, b: np.ndarray, n_labels: int) -> float:

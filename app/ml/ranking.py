@@ -21,9 +21,6 @@ handful of easy examples, but unsure, loses to one that is right and sure) less 
 label map the examples chose (`map_cost`: the map's description length per example, so a
 larger model restricted to a few of its classes, one of many maps that could fit a handful of
 examples, does not win on a lucky fit, and a map the names argue against costs the most); then
-where the examples cannot tell the best of them from others (scores within one standard error
-of the best's: `near_tie`), those are ordered by how much the checked matches bear one another
-out on their declared inputs (`ties_by_agreement`, `app.ml.agreement`); then
 the unchecked ones that answer the user's labels by name, in cosine order (for a spec-only task,
 whose examples the dock never saw, its close matches first by how much the others bear them out
 on their declared inputs: `app.ml.agreement`); then checked matches
@@ -37,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
@@ -90,13 +87,6 @@ of the user's examples, and each alignment found one more backward pass (a cost 
 on any benchmark)."""
 
 
-NEAR_TIE_SE = 1.0
-"""Two checked matches whose scores on the user's examples differ by less than this many standard
-errors of the difference (`score_gap`) are a tie those examples cannot break: the one-standard-error
-rule, fixed before any benchmark was run on it (a replay of market 2 compared 0.5 to 3;
-docs/benchmarks/identification.md, "Ties the examples cannot break")."""
-
-
 @dataclass(frozen=True)
 class ShotScore:
     """How a learnware did on a user's labelled examples. Ordered by `log_likelihood`."""
@@ -117,9 +107,6 @@ class ShotScore:
     names_agree: bool | None = None
     """For a map the examples chose between meaningful names: whether the names read it as likelier
     than a map drawn at random (`names_map_nats` below the uniform price); None otherwise."""
-    per_example: tuple[float, ...] = field(default=(), compare=False, repr=False)
-    """Each example's floored log-probability, in the examples' order (`log_likelihood` is their
-    mean): what tells two matches' scores apart from the noise of a few examples (`near_tie`)."""
 
     @property
     def score(self) -> float:
@@ -129,25 +116,6 @@ class ShotScore:
     @property
     def rank_key(self) -> tuple[float, float, float]:
         return (self.score, self.accuracy, self.confidence)
-
-
-def score_gap(best: ShotScore, other: ShotScore) -> tuple[float, float]:
-    """How far ``other``'s score falls below ``best``'s, and the standard error of that gap: both
-    were scored on the same examples, so the error is the paired one, of the per-example
-    differences (`ShotScore.per_example`). Without per-example values (or on other examples), the
-    error is 0: any gap then counts."""
-    gap = best.score - other.score
-    a, b = np.asarray(best.per_example), np.asarray(other.per_example)
-    if a.size < 2 or a.shape != b.shape:
-        return gap, 0.0
-    return gap, float(np.std(a - b, ddof=1) / math.sqrt(a.size))
-
-
-def near_tie(best: ShotScore, other: ShotScore, standard_errors: float = NEAR_TIE_SE) -> bool:
-    """Whether ``other`` scored within ``standard_errors`` of ``best`` on the user's examples
-    (`score_gap`): a difference those examples cannot vouch for."""
-    gap, error = score_gap(best, other)
-    return gap <= standard_errors * error + 1e-12
 
 
 def _true_probabilities(
@@ -160,12 +128,7 @@ def _true_probabilities(
 
 def _score(right: np.ndarray, true_probs: np.ndarray, n_labels: int) -> ShotScore:
     logs = np.log(np.clip(true_probs, FLOOR_SHARE_OF_CHANCE / max(1, n_labels), 1.0))
-    return ShotScore(
-        float(np.mean(right)),
-        float(np.mean(true_probs)),
-        float(np.mean(logs)),
-        per_example=tuple(float(x) for x in logs),
-    )
+    return ShotScore(float(np.mean(right)), float(np.mean(true_probs)), float(np.mean(logs)))
 
 
 def shot_score(
@@ -621,12 +584,8 @@ class Ranked:
     searched: bool = False
     """That order the one its spec agrees with most (`Candidate.searched`)."""
     agreement: float | None = None
-    """Its mean κ with the other close matches on their pooled declared inputs (`app.ml.agreement`):
-    where the dock had no examples to check on (a spec-only task), it orders those matches; where
-    the checked matches' scores were a tie the examples cannot break, it orders the tied ones."""
-    tied: bool = False
-    """Checked, and its score within `NEAR_TIE_SE` of the best one's (`near_tie`): one of the
-    matches the user's examples cannot tell apart, ordered among them by ``agreement``."""
+    """Where the dock had no examples to check on (a spec-only task): its mean κ with the other
+    close matches on their pooled declared inputs (`app.ml.agreement`), which orders those matches."""
 
     @property
     def checked(self) -> bool:
@@ -661,7 +620,6 @@ class Ranked:
             "shot_log_likelihood": None if shot is None else shot.log_likelihood,
             "shot_map_cost": None if shot is None else shot.map_cost,
             "agreement": None if self.agreement is None else round(float(self.agreement), 6),
-            "tied": self.tied,
             "reason": self.reason(n_examples, user_names, model_names)
             if user_names
             else f"spec similarity {self.score:.3f}",
@@ -691,12 +649,6 @@ class Ranked:
                 f"checked on {shots}: {self.shot.accuracy:.0%} right, mean log-probability of "
                 f"your labels {self.shot.log_likelihood:.2f}{cost}{verdict}"
             )
-            if self.tied and self.agreement is not None:
-                parts.append(
-                    f"your examples cannot tell it from the best checked match (within one standard "
-                    f"error of its score), so the checked matches' agreement on their declared inputs "
-                    f"decides: κ {self.agreement:.2f} with the others"
-                )
         elif self.agreement is not None:
             parts.append(
                 f"agrees with the other close matches on their declared inputs by κ {self.agreement:.2f} "
@@ -769,7 +721,7 @@ def rank_for_task(
                 cand.aligned,
                 cand.reading,
                 cand.searched,
-                agreement.get(cand.id),
+                None if shots.get(cand.id) is not None else agreement.get(cand.id),
             )
         )
 
@@ -810,27 +762,7 @@ def rank_for_task(
         (r for r in unchecked if r.agreement is not None), key=lambda r: -float(r.agreement or 0.0)
     )
     rest = [r for r in unchecked if r.agreement is None]
-    return ties_by_agreement(by_shot_score(0)) + agreed + rest + in_order(2) + in_order(3) + in_order(4)
-
-
-def ties_by_agreement(checked: list[Ranked]) -> list[Ranked]:
-    """The checked matches better than chance, best score first (``checked``), with those the
-    user's examples cannot tell from the best (`near_tie`) ordered by their ``agreement`` and
-    marked `Ranked.tied`; unchanged where the best has no agreement score or nothing ties with it.
-
-    Why: a few examples often cannot separate several learnwares of one family (eight sentiment
-    models checked on 16 reviews), and the best score among them is as much luck as merit; the
-    agreement of the checked models with one another, on a few hundred of their own inputs, is
-    evidence the examples do not hold (`app.ml.agreement`)."""
-    if len(checked) < 2 or checked[0].shot is None or checked[0].agreement is None:
-        return checked
-    best = checked[0].shot
-    tied = [r for r in checked if r.agreement is not None and r.shot is not None and near_tie(best, r.shot)]
-    if len(tied) < 2:
-        return checked
-    ids = {r.id for r in tied}
-    by_agreement = sorted(tied, key=lambda r: -float(r.agreement or 0.0))  # stable: ties keep the score order
-    return [replace(r, tied=True) for r in by_agreement] + [r for r in checked if r.id not in ids]
+    return by_shot_score(0) + agreed + rest + in_order(2) + in_order(3) + in_order(4)
 
 
 def as_ranked(candidates: Sequence[Candidate]) -> list[Ranked]:

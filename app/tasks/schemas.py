@@ -34,9 +34,7 @@ class MatchRead(BaseModel):
 
     Order of a task's matches: those the shot check ran on the task's examples and that did
     better than chance (`shot_log_likelihood` less `shot_map_cost` above a uniform guess's, the
-    log of 1 / the task's label count), by that score (then `shot_accuracy`), except that where
-    the examples cannot tell the best of them from others (scores within one standard error of
-    the best's), those (`tied`) come first by `agreement`; then
+    log of 1 / the task's label count), by that score (then `shot_accuracy`); then
     the unchecked ones that answer the task's labels by name (`tier` labels-by-name), by `score`
     (for a task posted as a spec only, the close matches first, by `agreement`);
     then checked ones that did no better than chance, by `score` (their check is no evidence either way); then the unchecked ones
@@ -124,16 +122,8 @@ class MatchRead(BaseModel):
         description="for a task posted as a spec only (the dock never saw its examples): this "
         "match's mean chance-corrected agreement (Cohen's κ, 1 the same answers, 0 no better than "
         "chance) with the other close matches that answer the task's labels by name, all run on "
-        "their pooled declared inputs; it orders those matches, most first. For a task with "
-        "examples, where the checked matches' scores were a tie the examples cannot break "
-        "(`tied`): its κ with the other checked matches, answering through their label maps, "
-        "which orders the tied ones. None where it was not run",
-    )
-    tied: bool = Field(
-        default=False,
-        description="checked, and its score on the task's examples within one standard error of "
-        "the best checked match's (the paired error over the examples): one of the matches the "
-        "examples cannot tell apart, ordered among them by `agreement`",
+        "their pooled declared inputs; it orders those matches, most first. None where it was not "
+        "run (a task with examples is checked on them instead)",
     )
     spec_recomputed: bool | None = Field(
         default=None,

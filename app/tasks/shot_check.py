@@ -40,14 +40,7 @@ from app.errors import InvalidInput, InvalidPackage
 from app.jobs.runner import JobContext
 from app.learnwares import repository as learnwares
 from app.learnwares.packages import extracted, scratch_folder
-from app.ml.agreement import (
-    AGREEMENT_INPUTS,
-    agreement_chosen,
-    agreement_scores,
-    mapped_answers,
-    pooled_inputs,
-    user_answers,
-)
+from app.ml.agreement import AGREEMENT_INPUTS, agreement_chosen, agreement_scores, pooled_inputs, user_answers
 from app.ml.label_maps import LabelMap
 from app.ml.packages import read_package_inputs
 from app.ml.ranking import Candidate, ShotScore, choose_checked
@@ -151,50 +144,6 @@ def agreement_check(
     )
     if not peers:
         return {}
-
-    def answer(learnware_id: int, runner: Runner, texts: list[str]) -> np.ndarray:
-        predicted = runner.predict(texts)
-        return user_answers(predicted.labels, predicted.probs, label_names, list(runner.label_names))
-
-    return _agreement(ctx, peers, packages, len(label_names), answer, "close matches", (0.5, 0.9))
-
-
-def tie_check(
-    ctx: JobContext, peers: Sequence[int], maps: dict[int, LabelMap | None], n_labels: int
-) -> dict[int, float]:
-    """Where the shot check's best match has near ties (`app.ml.agreement.tie_peers`): the checked
-    matches ``peers`` run on their pooled declared inputs, answering through the label ``maps``
-    their check chose, each scored by its mean κ with the others (`ranking.ties_by_agreement`
-    orders the tied ones by it). The models are those the shot check just ran (`LOADED`)."""
-    with ctx.runtime.db.session() as session:
-        rows = learnwares.ready_by_ids(session, list(peers))
-    packages = {i: rows[i].package_sha256 for i in peers if i in rows}
-
-    def answer(learnware_id: int, runner: Runner, texts: list[str]) -> np.ndarray:
-        label_map = maps.get(learnware_id)
-        if label_map is None:
-            raise InvalidInput(f"learnware {learnware_id} has no label map")
-        predicted = runner.predict(texts)
-        return mapped_answers(predicted.labels, predicted.probs, label_map)
-
-    return _agreement(
-        ctx, list(peers), packages, n_labels, answer, "checked matches (to break a near tie)", (0.96, 0.99)
-    )
-
-
-def _agreement(
-    ctx: JobContext,
-    peers: list[int],
-    packages: dict[int, str],
-    n_labels: int,
-    answer: Callable[[int, Runner, list[str]], np.ndarray],
-    what: str,
-    span: tuple[float, float],
-) -> dict[int, float]:
-    """Run ``peers`` on their pooled declared inputs, each one's answers as the user's label ids
-    (``answer``), and score each by its mean κ with the others (`agreement_scores`), the job's
-    progress moving across ``span``. A learnware that cannot be run is left out, with a line in
-    the job's log."""
     started = time.perf_counter()
     loaded: dict[int, tuple[Runner, list[str]]] = {}
     for learnware_id in peers:
@@ -208,17 +157,16 @@ def _agreement(
     answered: dict[int, np.ndarray] = {}
     for done, (learnware_id, (runner, _)) in enumerate(loaded.items(), start=1):
         try:
-            answered[learnware_id] = answer(learnware_id, runner, texts)
+            predicted = runner.predict(texts)
+            answered[learnware_id] = user_answers(
+                predicted.labels, predicted.probs, label_names, list(runner.label_names)
+            )
         except UNCHECKABLE as error:
             ctx.log(f"agreement check skipped learnware {learnware_id}: {error}")
-        ctx.progress(
-            span[0] + (span[1] - span[0]) * done / len(loaded),
-            f"agreement check {done}/{len(loaded)}",
-            force=True,
-        )
-    scores = agreement_scores(answered, n_labels)
+        ctx.progress(0.5 + 0.4 * done / len(loaded), f"agreement check {done}/{len(loaded)}", force=True)
+    scores = agreement_scores(answered, len(label_names))
     ctx.log(
-        f"agreement check: {len(scores)} of {len(peers)} {what} run on {len(texts)} of their "
+        f"agreement check: {len(scores)} of {len(peers)} close matches run on {len(texts)} of their "
         f"declared inputs in {time.perf_counter() - started:.2f} s"
     )
     return scores

@@ -1,5 +1,4 @@
-"""A spec-only task's close matches, and the shot check's near ties, ordered by how much the others
-bear them out (`app.ml.agreement`)."""
+"""A spec-only task's close matches, ordered by how much the others bear them out (`app.ml.agreement`)."""
 
 from __future__ import annotations
 
@@ -11,21 +10,10 @@ from app.ml.agreement import (
     agreement_chosen,
     agreement_scores,
     kappa,
-    mapped_answers,
     pooled_inputs,
-    tie_peers,
     user_answers,
 )
-from app.ml.label_maps import map_by_examples
-from app.ml.ranking import (
-    NEAR_TIE_SE,
-    Candidate,
-    ShotScore,
-    by_tier,
-    near_tie,
-    rank_for_task,
-    score_gap,
-)
+from app.ml.ranking import Candidate, ShotScore, by_tier, rank_for_task
 
 
 def _answers(truth: np.ndarray, accuracy: float, seed: int, n_labels: int = 2) -> np.ndarray:
@@ -119,91 +107,7 @@ def test_agreement_orders_the_close_matches_and_says_so() -> None:
     assert first.agreement == 0.64 and "κ 0.64" in first.reason(0, user, ["ham", "spam"])
     assert first.fields(user, ["ham", "spam"])["agreement"] == 0.64
     assert ranked[3].agreement is None and ranked[3].fields(user, ["ham", "spam"])["agreement"] is None
-    # It never moves what a shot check decided where nothing ties: a match checked alone keeps
-    # its place and is not marked tied.
+    # It never moves what a shot check decided: a checked match keeps its place and no κ.
     shots = {1: ShotScore(0.9, 0.8, -0.2)}
     checked = rank_for_task(ordered, user, shots=shots, agreement=agreement)
-    assert [r.id for r in checked] == [1, 2, 3, 4, 5] and not checked[0].tied
-
-
-def _shot(per_example: list[float], accuracy: float = 0.75, map_cost: float = 0.0) -> ShotScore:
-    logs = np.asarray(per_example)
-    return ShotScore(
-        accuracy, float(np.exp(logs).mean()), float(logs.mean()), map_cost=map_cost, per_example=tuple(logs)
-    )
-
-
-def test_a_near_tie_is_a_gap_within_one_paired_standard_error() -> None:
-    best = _shot([-0.1, -0.2, -0.1, -0.3, -0.2, -0.1, -0.4, -0.1])
-    # Worse on every example by about the same: a small gap, but one the examples vouch for.
-    steady = _shot([x - 0.12 + 0.01 * (i % 2) for i, x in enumerate(best.per_example)])
-    gap, error = score_gap(best, steady)
-    assert gap == pytest.approx(0.115) and error < 0.01 and not near_tie(best, steady)
-    # Worse on average by more, but better on some examples and much worse on one: the eight
-    # examples cannot tell the two apart.
-    erratic = _shot([-0.05, -0.1, -0.05, -0.2, -0.1, -0.05, -0.3, -1.6])
-    gap, error = score_gap(best, erratic)
-    assert gap == pytest.approx(0.11875) and gap < error and near_tie(best, erratic)
-    # The map's cost counts in the gap (the score is the log-likelihood less it).
-    assert score_gap(best, _shot(list(best.per_example), map_cost=0.09)) == pytest.approx((0.09, 0.0))
-    # Without per-example values there is no error to go by: only a score as good ties.
-    assert near_tie(ShotScore(0.9, 0.8, -0.2), ShotScore(0.9, 0.8, -0.2))
-    assert not near_tie(ShotScore(0.9, 0.8, -0.2), ShotScore(0.9, 0.8, -0.21))
-    assert NEAR_TIE_SE == 1.0
-
-
-def test_ties_the_examples_cannot_break_are_ordered_by_agreement() -> None:
-    user = ["negative", "positive"]
-    names = ("negative", "positive")
-    ordered = by_tier([Candidate(i, 0.3 - 0.01 * i, names) for i in (1, 2, 3, 4, 5)], user)
-    best = _shot([-0.1, -0.2, -0.1, -0.3, -0.2, -0.1, -0.4, -0.1])
-    shots = {
-        1: best,  # best on the examples
-        2: _shot([-0.05, -0.1, -0.05, -0.2, -0.1, -0.05, -0.3, -1.6]),  # tied with it
-        3: _shot([x - 0.3 for x in best.per_example]),  # clearly worse, however much it agrees
-        4: _shot([-0.9] * 8, accuracy=0.25),  # no better than chance: not a peer
-    }
-    plain = rank_for_task(ordered, user, shots=shots)
-    assert [r.id for r in plain] == [1, 2, 3, 5, 4] and not any(r.tied for r in plain)
-    # The peers: the checked matches better than chance, the best first.
-    assert tie_peers(plain) == [1, 2, 3]
-    agreement = {1: 0.41, 2: 0.58, 3: 0.66}
-    ranked = rank_for_task(ordered, user, shots=shots, agreement=agreement)
-    assert [r.id for r in ranked] == [2, 1, 3, 5, 4]
-    assert [r.tied for r in ranked] == [True, True, False, False, False]
-    why = ranked[0].reason(8, user, list(names))
-    assert "cannot tell it from the best checked match" in why and "κ 0.58" in why
-    assert ranked[0].fields(user, list(names), 8)["tied"] is True
-    assert "cannot tell" not in ranked[2].reason(8, user, list(names))
-    # Agreement that would keep the best first changes nothing but the marks.
-    kept = rank_for_task(ordered, user, shots=shots, agreement={1: 0.6, 2: 0.5, 3: 0.7})
-    assert [r.id for r in kept] == [1, 2, 3, 5, 4] and kept[0].tied
-    # Where the best has no agreement score (it could not be run), nothing moves.
-    missing = rank_for_task(ordered, user, shots=shots, agreement={2: 0.58, 3: 0.66})
-    assert [r.id for r in missing] == [1, 2, 3, 5, 4] and not any(r.tied for r in missing)
-
-
-def test_no_tie_or_too_few_checked_matches_need_no_agreement() -> None:
-    user = ["negative", "positive"]
-    names = ("negative", "positive")
-    ordered = by_tier([Candidate(i, 0.3 - 0.01 * i, names) for i in (1, 2, 3)], user)
-    best = _shot([-0.1, -0.2, -0.1, -0.3, -0.2, -0.1, -0.4, -0.1])
-    apart = {
-        1: best,
-        2: _shot([x - 0.3 for x in best.per_example]),
-        3: _shot([x - 0.4 for x in best.per_example]),
-    }
-    assert tie_peers(rank_for_task(ordered, user, shots=apart)) == []
-    two = {1: best, 2: _shot([-0.05, -0.1, -0.05, -0.2, -0.1, -0.05, -0.3, -1.6])}
-    assert tie_peers(rank_for_task(ordered, user, shots=two)) == []  # fewer than MIN_PEERS checked
-
-
-def test_a_checked_peer_answers_through_the_map_its_check_chose() -> None:
-    # A three-class model mapped by the examples onto the user's two labels: its class 2 is the
-    # user's "negative", class 0 the user's "positive"; class 1 is outside the map.
-    label_map = map_by_examples(np.array([2, 2, 0, 0]), None, np.array([0, 0, 1, 1]), n_user=2, n_model=3)
-    assert mapped_answers(np.array([2, 0, 1]), None, label_map).tolist() == [0, 1, -1]
-    probs = np.array([[0.2, 0.1, 0.7], [0.6, 0.3, 0.1], [0.3, 0.6, 0.1]])
-    assert mapped_answers(np.array([2, 0, 1]), probs, label_map).tolist() == [0, 1, 1]
-    with pytest.raises(ValueError, match="probabilities"):
-        mapped_answers(np.array([0]), np.array([[0.5, 0.5]]), label_map)
+    assert [r.id for r in checked] == [1, 2, 3, 4, 5] and checked[0].agreement is None

@@ -41,6 +41,7 @@ from app.spec_spaces.schemas import SpecSpaceRead
 from app.tasks.schemas import IdentifyResult, MatchRead, TaskRead, TaskSubmitted
 
 if TYPE_CHECKING:
+    from app.ml.runners.base import Runner
     from app.ml.spec_space import SpecSpace
 
 M = TypeVar("M", bound=BaseModel)
@@ -241,6 +242,13 @@ class DockClient:
         `LocalCheck.skipped`. ``progress(done, total, what)`` is called per learnware."""
         import numpy as np
 
+        from app.ml.agreement import (
+            AGREEMENT_INPUTS,
+            agreement_scores,
+            checked_peers,
+            mapped_answers,
+            pooled_inputs,
+        )
         from app.ml.errors import InputError
         from app.ml.label_maps import LabelMap
         from app.ml.packages import extract_package
@@ -253,7 +261,8 @@ class DockClient:
             choose_checked,
             rank_for_task,
         )
-        from app.ml.shot_check import check_package
+        from app.ml.runners import load_runner
+        from app.ml.shot_check import check_runner
 
         names = list(result.label_names)
         if not names:
@@ -286,6 +295,7 @@ class DockClient:
         maps: dict[int, LabelMap | None] = {}
         shots: dict[int, ShotScore | None] = {}
         skipped: dict[int, str] = {}
+        loaded: dict[int, tuple[Runner, list[str]]] = {}  # each checked model and its first declared inputs
         with tempfile.TemporaryDirectory(prefix="pavedock-check-") as tmp:
             for done, learnware_id in enumerate(chosen, start=1):
                 if progress is not None:
@@ -293,15 +303,33 @@ class DockClient:
                 try:
                     zip_path = self.download(learnware_id, Path(tmp))
                     package = extract_package(zip_path, Path(tmp) / f"learnware-{learnware_id}")
-                    checked = check_package(package, texts, truth, names, space)
-                    maps[learnware_id], shots[learnware_id] = checked
+                    runner = load_runner(package)
+                    maps[learnware_id], shots[learnware_id] = check_runner(runner, texts, truth, names, space)
+                    loaded[learnware_id] = (runner, list(package.inputs[:AGREEMENT_INPUTS]))
                 except (DockAPIError, InputError, OSError, RuntimeError, ValueError) as error:
                     skipped[learnware_id] = str(error)
             if progress is not None:
                 progress(len(chosen), len(chosen), "done")
-        # The dock's agreement check (its order of the close matches) stands for any not run here.
-        agreement = {m.learnware_id: m.agreement for m in result.matches if m.agreement is not None}
+        # The dock's agreement check (its order of a spec-only task's close matches) stands for
+        # those not run here; the first checked matches here are scored by their agreement with
+        # one another, added to their scores, as the dock's worker would
+        # (`app.ml.agreement.checked_peers`, `ranking.weighed_by_agreement`).
+        agreement = {
+            m.learnware_id: m.agreement
+            for m in result.matches
+            if m.agreement is not None and m.learnware_id not in shots
+        }
         ranked = rank_for_task(candidates, names, maps=maps, shots=shots, agreement=agreement)
+        if peers := [i for i in checked_peers(ranked, SHOT_CHECK_K if k is None else k) if i in loaded]:
+            pooled = pooled_inputs([loaded[i][1] for i in peers])
+            answered = {}
+            for i in peers:
+                label_map = maps[i]
+                if label_map is not None:
+                    predicted = loaded[i][0].predict(pooled)
+                    answered[i] = mapped_answers(predicted.labels, predicted.probs, label_map)
+            agreement.update(agreement_scores(answered, len(names)))
+            ranked = rank_for_task(candidates, names, maps=maps, shots=shots, agreement=agreement)
         matches = [
             MatchRead.model_validate(
                 {

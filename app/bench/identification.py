@@ -36,6 +36,7 @@ import numpy as np
 from tqdm import tqdm
 
 from app.bench import identification_kinds as kinds
+from app.bench.rankings import ranking_record
 from app.bench.report import machine, md_table, percentile, write_json
 from app.ml.data import TextTask, few_shot, load_task, text_task_names
 from app.ml.identify import Match, rank_specs
@@ -488,8 +489,11 @@ def run_identification_benchmark(
     market_seed: int = 0,
     only_kinds: Sequence[str] = (),
     wide_check: int = 0,
+    rankings_out: Path | None = None,
 ) -> dict[str, Any]:
     """Run the benchmark, write ``out`` (JSON), ``out.md`` and ``out.png``; return the results.
+    ``rankings_out``: also write each user's whole ranking there, one JSON line each, for replays
+    (`app.bench.rankings`).
     ``market_seed`` builds another market of the same tasks (its own cache folder);
     ``only_kinds`` keeps those kinds of user task (all when empty: a partial run's mean over
     kinds is not the headline); ``wide_check`` > 0 also ranks every user whose examples reach the
@@ -551,6 +555,7 @@ def run_identification_benchmark(
     kind_rows: list[tuple[kinds.User, dict[str, float]]] = []
     realign_seconds: list[tuple[int, float, int]] = []
     kind_users: list[dict[str, Any]] = []
+    ranking_lines = None if rankings_out is None else rankings_out.open("w", encoding="utf-8")
     here_rows: list[tuple[kinds.User, dict[str, float]]] = []
     wide_rows: list[tuple[kinds.User, dict[str, float]]] = []
     for user in tqdm(
@@ -566,6 +571,9 @@ def run_identification_benchmark(
         )
         metrics = kinds.measure(market, user, ranked)
         kind_rows.append((user, metrics))
+        if ranking_lines is not None:
+            ranking_lines.write(json.dumps(ranking_record(market, user, ranked)) + "\n")
+            ranking_lines.flush()
         if wide_check and not user.spec_only:
             ranked_wide = kinds.service_ranking(
                 market,
@@ -603,6 +611,8 @@ def run_identification_benchmark(
                 **here,
             }
         )
+    if ranking_lines is not None:
+        ranking_lines.close()
     by_kind = kinds.summarise(kind_rows)
     spec_only_here = kinds.summarise(here_rows).get(CHECKED_HERE) if here_rows else None
 

@@ -40,7 +40,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from app.ml.agreement import agreement_chosen, agreement_scores, pooled_inputs, user_answers
+from app.ml.agreement import (
+    agreement_chosen,
+    agreement_scores,
+    checked_peers,
+    mapped_answers,
+    pooled_inputs,
+    user_answers,
+)
 from app.ml.data import TextTask, few_shot
 from app.ml.label_maps import LabelMap, Tier, answers, label_set, map_by_name, normalise_label, tier_of
 from app.ml.ranking import (
@@ -74,6 +81,9 @@ class LearnwareView(Protocol):
     label_names: list[str]
     inputs: list[str]
     """The inputs its package declares (the dock runs it on them)."""
+
+    @property
+    def key(self) -> str: ...
 
 
 class Market(Protocol):
@@ -332,12 +342,37 @@ def service_ranking(
             )
         if (checked := done[lw_id]) is not None:
             maps[lw_id], shots[lw_id] = checked
-    agreement = (
-        peer_agreement(market, candidates, names, vectors, shot_check_k)
-        if user.spec_only and not checked_here
-        else {}
+    if user.spec_only and not checked_here:
+        agreement = peer_agreement(market, candidates, names, vectors, shot_check_k)
+        return rank_for_task(candidates, names, agreement=agreement)
+    ranked = rank_for_task(candidates, names, maps=maps, shots=shots)
+    peers = checked_peers(ranked, shot_check_k)
+    if not peers:
+        return ranked
+    return rank_for_task(
+        candidates,
+        names,
+        maps=maps,
+        shots=shots,
+        agreement=checked_agreement(market, ranked, peers, len(names)),
     )
-    return rank_for_task(candidates, names, maps=maps, shots=shots, agreement=agreement)
+
+
+def checked_agreement(
+    market: Market, ranked: list[Ranked], peers: list[int], n_labels: int
+) -> dict[int, float]:
+    """What the worker weighs the shot check's scores with (`app.ml.agreement.checked_peers`): the
+    checked matches run on their pooled declared inputs, answering through the maps their check
+    chose."""
+    maps = {r.id: r.label_map for r in ranked if r.id in peers}
+    texts = pooled_inputs([market.learnwares[i].inputs for i in peers])
+    answered = {}
+    for i in peers:
+        label_map = maps[i]
+        assert label_map is not None
+        predicted = market.predict(market.learnwares[i], texts)
+        answered[i] = mapped_answers(predicted.labels, predicted.probs, label_map)
+    return agreement_scores(answered, n_labels)
 
 
 def peer_agreement(

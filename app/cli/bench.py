@@ -109,6 +109,12 @@ def bench_identify(
             help="also rank every user with this many candidates checked, named or not (0: off)",
         ),
     ] = 0,
+    rankings: Annotated[
+        Path | None,
+        typer.Option(
+            help="also write each user's whole ranking here (JSON lines), for `bench identify-replay`"
+        ),
+    ] = None,
 ) -> None:
     """The identification benchmark of BENCHMARK.md (kinds of user task as the service ranks; PAVE,
     PAVE♣, RKME; beyond; cost; steps curve)."""
@@ -124,8 +130,29 @@ def bench_identify(
         market_seed=market_seed,
         only_kinds=tuple(kind or ()),
         wide_check=wide_check,
+        rankings_out=rankings,
     )
     typer.echo(json.dumps(result["summary"], indent=2))
+
+
+@bench_app.command("identify-replay")
+def bench_identify_replay(
+    rankings: Annotated[list[Path], typer.Argument(help="`bench identify --rankings` files")],
+    rule: Annotated[
+        list[str] | None,
+        typer.Option(help="a rule to replay (repeat for more; `service` is the recorded order)"),
+    ] = None,
+) -> None:
+    """Each kind's figures with every user's recorded matches reordered by other rules: what a
+    rule that reorders the checked matches would have given, in seconds (trains and runs nothing;
+    `app.bench.rankings`)."""
+    from app.bench.rankings import RULES, read_records, replay_table
+
+    names = rule or ["service", "agreement-added-1"]
+    unknown = [name for name in names if name not in RULES]
+    if unknown:
+        raise typer.BadParameter(f"unknown rules {unknown}; known: {', '.join(RULES)}")
+    typer.echo(replay_table(read_records(rankings), names))
 
 
 @bench_app.command("identify-markets")

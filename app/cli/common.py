@@ -91,7 +91,9 @@ def label_names_option(value: str) -> list[str]:
 
 RANKING_ORDER = (
     "Order: matches checked on your examples that beat chance (by the log-probability they gave "
-    "your labels, less a label map's cost, above a uniform guess's); then the unchecked that "
+    "your labels, less a label map's cost, above a uniform guess's; the first five by that "
+    "score plus how much they agree with one another on their declared inputs, κ); then the "
+    "unchecked that "
     "answer your labels by name, by spec score (a task posted as a spec only: its close matches "
     "first, by how much they agree with one another on their declared inputs, κ); then the checked "
     "at chance, by their score; then "
@@ -99,11 +101,18 @@ RANKING_ORDER = (
 )
 
 
-def _on_examples(shot: float | None, confidence: float | None, agreement: float | None) -> str:
-    """The "on your examples" cell: the shot check's accuracy, or for a spec-only task's close
-    matches their agreement with one another (κ), or a dash."""
+def _on_examples(
+    shot: float | None, confidence: float | None, agreement: float | None, weighed: bool = False
+) -> str:
+    """The "on your examples" cell: the shot check's accuracy (and, where it weighed in on their
+    order, the checked matches' agreement with one another, κ), or for a spec-only task's close
+    matches their agreement with one another, or a dash."""
     if shot is not None:
-        return f"{shot:.0%}" + ("" if confidence is None else f" (p {confidence:.2f})")
+        return (
+            f"{shot:.0%}"
+            + ("" if confidence is None else f" (p {confidence:.2f})")
+            + (f"; κ {agreement:.2f}" if weighed and agreement is not None else "")
+        )
     return "–" if agreement is None else f"not run; κ {agreement:.2f}"
 
 
@@ -120,7 +129,9 @@ def print_matches(matches: list[Any]) -> None:
             str(m.rank),
             str(m.learnware_id),
             f"{m.score:.4f}" + (" aligned" if getattr(m, "aligned", False) else ""),
-            _on_examples(shot, confidence, getattr(m, "agreement", None)),
+            _on_examples(
+                shot, confidence, getattr(m, "agreement", None), bool(getattr(m, "agreement_weighed", False))
+            ),
             m.name,
             m.model_format,
             labels[:48],

@@ -14,8 +14,13 @@ right, and each errs in its own way; a model that learnt less agrees less with a
 agreement is Cohen's κ, not the share of equal answers: a model that answers one class always
 agrees by chance with every model that answers it often, and κ gives it 0. Near-identical specs
 (copies of one model, a flood) take one place among the peers, so k copies cannot outvote the
-others. The score orders only these matches, among themselves (`ranking.rank_for_task`); it
-moves nothing a shot check decided, and a task with examples is checked on them instead.
+others. The score orders only these matches, among themselves (`ranking.rank_for_task`).
+
+A task with examples is checked on them, and the same score weighs in: where at least three
+checked matches did better than chance on the user's examples, the first five are run on their
+pooled declared inputs through the label maps their check chose (`checked_peers`,
+`mapped_answers`), and each one's κ is added to its score on the examples
+(`ranking.weighed_by_agreement`).
 """
 
 from __future__ import annotations
@@ -24,8 +29,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from app.ml.label_maps import Tier, answers, map_by_name, tier_of
-from app.ml.ranking import Candidate, choose_checked
+from app.ml.label_maps import LabelMap, Tier, answers, map_by_name, tier_of
+from app.ml.ranking import SHOT_CHECK_K, Candidate, Ranked, choose_checked
 
 AGREEMENT_INPUTS = 48
 """How many of each peer's declared inputs are pooled (the first ones, as validation runs them):
@@ -71,8 +76,32 @@ def user_answers(
     label_map = map_by_name(user_names, model_names)
     if label_map is None:
         raise ValueError(f"labels {list(model_names)} do not answer {list(user_names)} by name")
+    return mapped_answers(predicted, probs, label_map)
+
+
+def mapped_answers(predicted: np.ndarray, probs: np.ndarray | None, label_map: LabelMap) -> np.ndarray:
+    """A model's answers (its own class ids, and probabilities where it gives them) as the user's
+    label ids through ``label_map``, the one its check chose; −1 where it answers a class outside
+    the map and gives no probabilities to restrict."""
+    if probs is not None and np.asarray(probs).shape[1:] != (label_map.n_model_classes,):
+        raise ValueError(
+            f"probabilities of shape {np.asarray(probs).shape} for a map of {label_map.n_model_classes} classes"
+        )
     user_pred, _ = answers(predicted, probs, label_map)
     return np.asarray(user_pred, dtype=np.int64)
+
+
+def checked_peers(ranked: Sequence[Ranked], k: int = SHOT_CHECK_K) -> list[int]:
+    """The first ``k`` checked matches better than chance, whose agreement weighs in on their order
+    (`ranking.weighed_by_agreement`), in their order; empty where fewer than `MIN_PEERS` were
+    checked or the best is not first. ``ranked``: `rank_for_task`'s order before any agreement. At
+    most ``k`` (the shot check's width where a match answers by name) whatever the check ran: a
+    task no match names is checked on 20, and 20 models on 20 declared inputs' worth each would
+    cost sixteen times the five's 240 texts (a cost cap, not a choice on any benchmark)."""
+    checked = [r for r in ranked if r.checked and r.beats_chance and r.label_map is not None][:k]
+    if len(checked) < MIN_PEERS or checked[0] is not ranked[0]:
+        return []
+    return [r.id for r in checked]
 
 
 def kappa(a: np.ndarray, b: np.ndarray, n_labels: int) -> float:

@@ -20,7 +20,10 @@ log-probability they gave the user's labels (a proper score: a model that is rig
 handful of easy examples, but unsure, loses to one that is right and sure) less the cost of a
 label map the examples chose (`map_cost`: the map's description length per example, so a
 larger model restricted to a few of its classes, one of many maps that could fit a handful of
-examples, does not win on a lucky fit, and a map the names argue against costs the most); then
+examples, does not win on a lucky fit, and a map the names argue against costs the most), where
+at least three were checked that way plus how much each of the first five is borne out by the
+others on their declared inputs (their mean κ, `AGREEMENT_WEIGHT` nats a unit:
+`weighed_by_agreement`, `app.ml.agreement`); then
 the unchecked ones that answer the user's labels by name, in cosine order (for a spec-only task,
 whose examples the dock never saw, its close matches first by how much the others bear them out
 on their declared inputs: `app.ml.agreement`); then checked matches
@@ -85,6 +88,19 @@ ALIGN_MAX_SEARCHED = 16
 (`searched_realignments`), the closest by the task's own spec first: each costs one forward pass
 of the user's examples, and each alignment found one more backward pass (a cost cap, not a choice
 on any benchmark)."""
+
+
+AGREEMENT_WEIGHT = 1.0
+"""Nats of shot score a unit of agreement is worth (`weighed_by_agreement`): a checked match's
+mean κ with the other checked matches on their declared inputs is added to its score on the
+user's examples. A few examples often cannot tell several learnwares of one family apart (eight
+sentiment models scored on 16 reviews within a few hundredths of a nat), and a model trained on a
+twentieth of the data, or on noisy labels, can win on them by luck; the agreement is evidence from
+a few hundred inputs that the examples do not hold. The scale: κ runs from 0 (chance) to 1 (the
+same answers) as a mean log-probability runs over about a nat between a sure model and a guess
+among two labels (log 2 = 0.69). Chosen on an offline replay of market 2's 879 users with examples
+(0.5 / 1 / 2: 0.9658 / 0.9673 / 0.9666 normalised against 0.9611), then held on market 0
+(docs/benchmarks/identification.md, "The checked matches' agreement weighs in")."""
 
 
 @dataclass(frozen=True)
@@ -584,8 +600,20 @@ class Ranked:
     searched: bool = False
     """That order the one its spec agrees with most (`Candidate.searched`)."""
     agreement: float | None = None
-    """Where the dock had no examples to check on (a spec-only task): its mean κ with the other
-    close matches on their pooled declared inputs (`app.ml.agreement`), which orders those matches."""
+    """Its mean κ with the other close matches on their pooled declared inputs (`app.ml.agreement`):
+    where the dock had no examples to check on (a spec-only task), it orders those matches; for a
+    checked match, it is added to the shot score (`weighed_by_agreement`)."""
+    weighed: bool = False
+    """Checked, and ordered by its shot score plus `AGREEMENT_WEIGHT` × its ``agreement``
+    (`weighed_by_agreement`)."""
+
+    @property
+    def weighed_score(self) -> float | None:
+        """What orders it among the checked matches whose agreement weighs in: its shot score plus
+        `AGREEMENT_WEIGHT` × its κ; None where the agreement did not weigh in."""
+        if not self.weighed or self.shot is None or self.agreement is None:
+            return None
+        return self.shot.score + AGREEMENT_WEIGHT * self.agreement
 
     @property
     def checked(self) -> bool:
@@ -620,6 +648,7 @@ class Ranked:
             "shot_log_likelihood": None if shot is None else shot.log_likelihood,
             "shot_map_cost": None if shot is None else shot.map_cost,
             "agreement": None if self.agreement is None else round(float(self.agreement), 6),
+            "agreement_weighed": self.weighed,
             "reason": self.reason(n_examples, user_names, model_names)
             if user_names
             else f"spec similarity {self.score:.3f}",
@@ -649,6 +678,12 @@ class Ranked:
                 f"checked on {shots}: {self.shot.accuracy:.0%} right, mean log-probability of "
                 f"your labels {self.shot.log_likelihood:.2f}{cost}{verdict}"
             )
+            if (weighed := self.weighed_score) is not None and self.agreement is not None:
+                parts.append(
+                    f"agrees with the other checked matches on their declared inputs by κ "
+                    f"{self.agreement:.2f}, which is added to its score: {self.shot.score:.2f} + "
+                    f"{AGREEMENT_WEIGHT * self.agreement:.2f} = {weighed:.2f} orders the checked matches"
+                )
         elif self.agreement is not None:
             parts.append(
                 f"agrees with the other close matches on their declared inputs by κ {self.agreement:.2f} "
@@ -694,7 +729,8 @@ def rank_for_task(
     shots: Mapping[int, ShotScore | None] | None = None,
     agreement: Mapping[int, float] | None = None,
 ) -> list[Ranked]:
-    """The final order (module docstring): checked and better than chance by shot score; the
+    """The final order (module docstring): checked and better than chance by shot score (those
+    with an ``agreement`` score, the first five, by the score plus it: `weighed_by_agreement`); the
     unchecked that answer the user's labels with a map (by name), those with an ``agreement``
     score first by it (`app.ml.agreement`: a spec-only task's close matches), then in
     ``ordered``'s order (it must be `by_tier`'s); checked but no better than chance, in
@@ -721,7 +757,7 @@ def rank_for_task(
                 cand.aligned,
                 cand.reading,
                 cand.searched,
-                None if shots.get(cand.id) is not None else agreement.get(cand.id),
+                agreement.get(cand.id),
             )
         )
 
@@ -762,7 +798,37 @@ def rank_for_task(
         (r for r in unchecked if r.agreement is not None), key=lambda r: -float(r.agreement or 0.0)
     )
     rest = [r for r in unchecked if r.agreement is None]
-    return by_shot_score(0) + agreed + rest + in_order(2) + in_order(3) + in_order(4)
+    return weighed_by_agreement(by_shot_score(0)) + agreed + rest + in_order(2) + in_order(3) + in_order(4)
+
+
+def weighed_by_agreement(checked: list[Ranked]) -> list[Ranked]:
+    """The checked matches better than chance, best score first (``checked``), with those up to the
+    last that has an ``agreement`` (the first five, `app.ml.agreement.checked_peers`) ordered by
+    their shot score plus `AGREEMENT_WEIGHT` × their κ and marked `Ranked.weighed` (one the
+    agreement check could not run counts at the others' mean κ, and is not marked); the rest
+    follow in score order. Unchanged where none has an agreement score.
+
+    Why: a few examples often cannot separate several learnwares of one family, and a model
+    trained on a twentieth of the data, or on noisy labels, can win on them by luck; how much
+    the checked models bear one another out on a few hundred of their own inputs is evidence the
+    examples do not hold (`app.ml.agreement`). Added to the score rather than breaking ties only:
+    ordering the matches the examples could not tell apart (within one standard error) by κ alone
+    let agreement overrule the examples' evidence of the user's domain, and was a wash on two
+    markets (docs/benchmarks/identification.md)."""
+    last = max((i for i, r in enumerate(checked) if r.agreement is not None), default=-1)
+    if last < 0:
+        return checked
+    head = checked[: last + 1]
+    kappas = [float(r.agreement) for r in head if r.agreement is not None]
+    neutral = float(np.mean(kappas))
+
+    def weighed(r: Ranked) -> float:
+        assert r.shot is not None
+        return r.shot.score + AGREEMENT_WEIGHT * (neutral if r.agreement is None else float(r.agreement))
+
+    # sorted() is stable: equal sums keep the score order.
+    ordered = sorted(head, key=weighed, reverse=True)
+    return [replace(r, weighed=r.agreement is not None) for r in ordered] + checked[last + 1 :]
 
 
 def as_ranked(candidates: Sequence[Candidate]) -> list[Ranked]:

@@ -1,4 +1,4 @@
-"""One learnware of the shot check: its package run on the user's examples and scored.
+"""One learnware of the shot check: its loaded model run on the user's examples and scored.
 
 The dock's worker (`app.tasks.shot_check`) runs it on a package it extracted from its store; a
 client checking the matches of a spec-only task on the user's own machine
@@ -17,23 +17,8 @@ from app.ml.label_maps import LabelMap
 from app.ml.ranking import ShotScore, check_predicted
 
 if TYPE_CHECKING:
-    from app.ml.packages import LearnwarePackage
     from app.ml.runners.base import Runner
     from app.ml.spec_space import SpecSpace
-
-
-def check_package(
-    package: LearnwarePackage,
-    texts: Sequence[str],
-    labels: np.ndarray,
-    user_names: Sequence[str],
-    space: SpecSpace,
-) -> tuple[LabelMap, ShotScore]:
-    """Load the package's model from its weights alone (`load_runner`: safetensors or ONNX, no
-    code runs) and `check_runner` it. Raises InvalidInput when no map applies."""
-    from app.ml.runners import load_runner  # torch-heavy
-
-    return check_runner(load_runner(package), texts, labels, user_names, space)
 
 
 def check_runner(

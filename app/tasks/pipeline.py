@@ -17,6 +17,7 @@ from app.jobs import service as jobs
 from app.jobs.runner import JobContext
 from app.learnwares import repository as learnwares
 from app.learnwares.service import spec_row
+from app.ml.agreement import checked_peers
 from app.ml.binary_index import encoding_of_config
 from app.ml.label_maps import label_set
 from app.ml.ranking import (
@@ -28,7 +29,7 @@ from app.ml.ranking import (
     with_searched,
 )
 from app.tasks.service import find_candidates, present, rank
-from app.tasks.shot_check import agreement_check, shot_check
+from app.tasks.shot_check import agreement_check, peer_check, shot_check
 
 if TYPE_CHECKING:
     from app.ml.spec_space import SpecSpace  # torch-heavy: only in workers
@@ -79,6 +80,9 @@ def fit_and_identify(ctx: JobContext) -> None:
     check = check_count(candidates, label_names, settings.shot_check_k, settings.shot_check_k_unnamed)
     maps, shots = shot_check(ctx, space, candidates, texts, labels, label_names, check) if check else ({}, {})
     ranked = rank_for_task(candidates, label_names, maps=maps, shots=shots)
+    if peers := checked_peers(ranked, settings.shot_check_k):  # their agreement weighs in on their order
+        agreement = peer_check(ctx, peers, maps, len(label_names))
+        ranked = rank_for_task(candidates, label_names, maps=maps, shots=shots, agreement=agreement)
     with ctx.runtime.db.session() as session:
         task = _task(session, ctx)
         row = spec_row(

@@ -34,7 +34,9 @@ class MatchRead(BaseModel):
 
     Order of a task's matches: those the shot check ran on the task's examples and that did
     better than chance (`shot_log_likelihood` less `shot_map_cost` above a uniform guess's, the
-    log of 1 / the task's label count), by that score (then `shot_accuracy`); then
+    log of 1 / the task's label count), by that score (then `shot_accuracy`), where three or
+    more did, the first five by that score plus their `agreement` with one another
+    (`agreement_weighed`); then
     the unchecked ones that answer the task's labels by name (`tier` labels-by-name), by `score`
     (for a task posted as a spec only, the close matches first, by `agreement`);
     then checked ones that did no better than chance, by `score` (their check is no evidence either way); then the unchecked ones
@@ -122,8 +124,16 @@ class MatchRead(BaseModel):
         description="for a task posted as a spec only (the dock never saw its examples): this "
         "match's mean chance-corrected agreement (Cohen's κ, 1 the same answers, 0 no better than "
         "chance) with the other close matches that answer the task's labels by name, all run on "
-        "their pooled declared inputs; it orders those matches, most first. None where it was not "
-        "run (a task with examples is checked on them instead)",
+        "their pooled declared inputs; it orders those matches, most first. For a task with "
+        "examples (`agreement_weighed`): its κ with the first five checked matches that did "
+        "better than chance, answering through their label maps, added to its shot score "
+        "(`shot_log_likelihood` less `shot_map_cost`) to order them. None where it was not run",
+    )
+    agreement_weighed: bool = Field(
+        default=False,
+        description="checked, and ordered among the checked matches by its score on the task's "
+        "examples plus its `agreement` with the other checked matches (one nat of score a unit "
+        "of κ)",
     )
     spec_recomputed: bool | None = Field(
         default=None,

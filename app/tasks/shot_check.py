@@ -40,7 +40,14 @@ from app.errors import InvalidInput, InvalidPackage
 from app.jobs.runner import JobContext
 from app.learnwares import repository as learnwares
 from app.learnwares.packages import extracted, scratch_folder
-from app.ml.agreement import AGREEMENT_INPUTS, agreement_chosen, agreement_scores, pooled_inputs, user_answers
+from app.ml.agreement import (
+    AGREEMENT_INPUTS,
+    agreement_chosen,
+    agreement_scores,
+    mapped_answers,
+    pooled_inputs,
+    user_answers,
+)
 from app.ml.label_maps import LabelMap
 from app.ml.packages import read_package_inputs
 from app.ml.ranking import Candidate, ShotScore, choose_checked
@@ -48,7 +55,7 @@ from app.ml.shot_check import check_runner
 from app.storage.store import ArtifactNotFound
 
 if TYPE_CHECKING:
-    from app.ml.runners.base import Runner
+    from app.ml.runners.base import Predictions, Runner
     from app.ml.spec_space import SpecSpace  # torch-heavy: only in workers
     from app.runtime import Runtime
 
@@ -95,6 +102,56 @@ class LoadedRunners:
 
 
 LOADED = LoadedRunners()
+
+
+REMEMBERED_ANSWERS = 50_000
+"""How many (model, declared input) answers a worker process keeps (`RememberedAnswers`): at most
+about 30 MB where every model has 150 classes; a few hundred tasks' worth of agreement checks (a
+memory cap, not a choice on any benchmark)."""
+
+
+class RememberedAnswers:
+    """What the models of this process answered on declared inputs they ran on, by package digest
+    and text (least recently used out). The agreement checks of one family's tasks pool the same
+    few hundred declared inputs of the same models task after task, and a model's answer to a text
+    does not change: the second such task runs only what the first did not."""
+
+    def __init__(self, capacity: int = REMEMBERED_ANSWERS) -> None:
+        self._rows: OrderedDict[tuple[str, str], tuple[int, np.ndarray | None]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.capacity = capacity
+
+    def predict(self, sha256: str, runner: Runner, texts: Sequence[str]) -> Predictions:
+        """``runner``'s predictions on ``texts``, running it only on those it has not answered."""
+        from app.ml.runners.base import Predictions  # torch-heavy: only in workers
+
+        with self._lock:
+            known = {t: self._rows[(sha256, t)] for t in texts if (sha256, t) in self._rows}
+            for text in known:
+                self._rows.move_to_end((sha256, text))
+        missing = [t for t in dict.fromkeys(texts) if t not in known]
+        if missing:
+            fresh = runner.predict(missing)
+            for i, text in enumerate(missing):
+                known[text] = (
+                    int(fresh.labels[i]),
+                    None if fresh.probs is None else np.asarray(fresh.probs[i]),
+                )
+            with self._lock:
+                for text in missing:
+                    self._rows[(sha256, text)] = known[text]
+                while len(self._rows) > self.capacity:
+                    self._rows.popitem(last=False)
+        labels = np.asarray([known[t][0] for t in texts], dtype=np.int64)
+        rows = [known[t][1] for t in texts]
+        probs = None if not rows or any(r is None for r in rows) else np.stack(rows)  # type: ignore[arg-type]
+        return Predictions(labels, probs)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+
+ANSWERS = RememberedAnswers()
 
 
 def shot_check(
@@ -144,6 +201,46 @@ def agreement_check(
     )
     if not peers:
         return {}
+
+    def answer(learnware_id: int, runner: Runner, predicted: Predictions) -> np.ndarray:
+        return user_answers(predicted.labels, predicted.probs, label_names, list(runner.label_names))
+
+    return _agreement(ctx, peers, packages, len(label_names), answer, "close matches", (0.5, 0.9))
+
+
+def peer_check(
+    ctx: JobContext, peers: Sequence[int], maps: dict[int, LabelMap | None], n_labels: int
+) -> dict[int, float]:
+    """The first checked matches better than chance (`app.ml.agreement.checked_peers`) run on
+    their pooled declared inputs, answering through the label ``maps`` their check chose, each
+    scored by its mean κ with the others (`ranking.weighed_by_agreement` adds it to their shot
+    scores). The models are those the shot check just ran (`LOADED`)."""
+    with ctx.runtime.db.session() as session:
+        rows = learnwares.ready_by_ids(session, list(peers))
+    packages = {i: rows[i].package_sha256 for i in peers if i in rows}
+
+    def answer(learnware_id: int, runner: Runner, predicted: Predictions) -> np.ndarray:
+        label_map = maps.get(learnware_id)
+        if label_map is None:
+            raise InvalidInput(f"learnware {learnware_id} has no label map")
+        return mapped_answers(predicted.labels, predicted.probs, label_map)
+
+    return _agreement(ctx, list(peers), packages, n_labels, answer, "checked matches", (0.96, 0.99))
+
+
+def _agreement(
+    ctx: JobContext,
+    peers: list[int],
+    packages: dict[int, str],
+    n_labels: int,
+    answer: Callable[[int, Runner, Predictions], np.ndarray],
+    what: str,
+    span: tuple[float, float],
+) -> dict[int, float]:
+    """Run ``peers`` on their pooled declared inputs (answers remembered from earlier checks reused:
+    `ANSWERS`), each one's answers as the user's label ids (``answer``), and score each by its mean
+    κ with the others (`agreement_scores`), the job's progress moving across ``span``. A learnware
+    that cannot be run is left out, with a line in the job's log."""
     started = time.perf_counter()
     loaded: dict[int, tuple[Runner, list[str]]] = {}
     for learnware_id in peers:
@@ -157,16 +254,18 @@ def agreement_check(
     answered: dict[int, np.ndarray] = {}
     for done, (learnware_id, (runner, _)) in enumerate(loaded.items(), start=1):
         try:
-            predicted = runner.predict(texts)
-            answered[learnware_id] = user_answers(
-                predicted.labels, predicted.probs, label_names, list(runner.label_names)
-            )
+            predicted = ANSWERS.predict(packages[learnware_id], runner, texts)
+            answered[learnware_id] = answer(learnware_id, runner, predicted)
         except UNCHECKABLE as error:
             ctx.log(f"agreement check skipped learnware {learnware_id}: {error}")
-        ctx.progress(0.5 + 0.4 * done / len(loaded), f"agreement check {done}/{len(loaded)}", force=True)
-    scores = agreement_scores(answered, len(label_names))
+        ctx.progress(
+            span[0] + (span[1] - span[0]) * done / len(loaded),
+            f"agreement check {done}/{len(loaded)}",
+            force=True,
+        )
+    scores = agreement_scores(answered, n_labels)
     ctx.log(
-        f"agreement check: {len(scores)} of {len(peers)} close matches run on {len(texts)} of their "
+        f"agreement check: {len(scores)} of {len(peers)} {what} run on {len(texts)} of their "
         f"declared inputs in {time.perf_counter() - started:.2f} s"
     )
     return scores

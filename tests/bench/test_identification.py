@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from app.bench.identification import METHODS, run_identification_benchmark
+from app.bench.rankings import RULES, read_records, replay, replay_metrics, replay_table, service
 
 pytestmark = pytest.mark.real_model
 
@@ -18,7 +19,10 @@ SCORES = ("oracle_agreement_at1", "normalized_accuracy", "quality_filter", "hit_
 
 def test_smoke_profile_writes_every_key_the_issue_asks_for(datasets_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "identify.json"
-    result = run_identification_benchmark("smoke", out, datasets_dir, tmp_path / "cache", wide_check=20)
+    rankings = tmp_path / "rankings.jsonl"
+    result = run_identification_benchmark(
+        "smoke", out, datasets_dir, tmp_path / "cache", wide_check=20, rankings_out=rankings
+    )
     saved = json.loads(out.read_text())
     assert saved["normalized_accuracy"] == result["normalized_accuracy"]
     assert {"pave", "pave_labels", "pave_club", "rkme"} <= set(METHODS)
@@ -97,6 +101,32 @@ def test_smoke_profile_writes_every_key_the_issue_asks_for(datasets_dir: Path, t
     } <= set(beyond)
     for name in ("identify.md", "identify.png"):
         assert (tmp_path / name).stat().st_size > 0
+    # Every user's whole ranking, recorded for replays: replayed as recorded, it gives each
+    # user's own figures back, and the replay of another rule runs on the same records.
+    records = read_records([rankings])
+    assert [(r["kind"], r["task"], r["seed"]) for r in records] == [
+        (u["kind"], u["task"], u["seed"]) for u in saved["kind_users"]
+    ]
+    for record, user in zip(records, saved["kind_users"], strict=True):
+        replayed = replay_metrics(record, service(record))
+        for value, key in zip(
+            replayed, ("normalized_accuracy", "oracle_agreement_at1", "quality_filter"), strict=True
+        ):
+            assert (value != value and user[key] != user[key]) or value == pytest.approx(user[key]), (
+                user,
+                key,
+            )
+        assert record["ranked"][0]["key"] == user["top1"]
+    table = replay_table(records, ["service", "agreement-added-1", "best-checked (hindsight)"])
+    assert "| **mean over kinds** |" in table and "| same names |" in table
+    service_mean = replay(records, service)["mean over kinds"]["normalized_accuracy"]
+    assert service_mean == pytest.approx(
+        np.nanmean([v["normalized_accuracy"] for k, v in kinds.items() if k != "mean over kinds"])
+    )
+    assert (
+        replay(records, RULES["best-checked (hindsight)"])["mean over kinds"]["normalized_accuracy"]
+        >= service_mean - 1e-9
+    )
 
 
 def test_another_market_seed_is_another_market(datasets_dir: Path, tmp_path: Path) -> None:

@@ -148,3 +148,45 @@ def test_a_spec_only_user_gets_the_close_matches_the_others_bear_out_first(
     assert set(timed["by_kind"]) == {"own names", "codes", "spec only"}
     spec_only_timing = next(t for t in timed["timings"] if t["names"] == "spec only")
     assert spec_only_timing["checked"] == 4 and spec_only_timing["seconds"] > 0
+
+
+def test_the_checked_matches_agreement_weighs_in_on_their_order(
+    processes: Processes, tfidf_packages: dict[str, Path], datasets_dir: Path, tmp_path: Path
+) -> None:
+    """Two spam messages (one of each label) barely tell a good spam model from two trained on 60
+    messages each. The worker runs the three checked models on their pooled declared inputs,
+    through the maps their check chose, and orders them by their score on the examples plus
+    their agreement with one another (Cohen's κ): the good model, which the others bear out
+    most, first; every weighed match says why."""
+    from app.bench.builders import train_tfidf_onnx_learnware
+
+    dock = start_embedded(processes, tmp_path)
+    developer, user = dock.key("developer"), dock.key("user")
+    smalls = [
+        train_tfidf_onnx_learnware(
+            load_task(datasets_dir, "sms_spam", "train", limit=60, seed=seed),
+            tmp_path / f"small-{seed}.zip",
+            name=f"spam-small-{seed}",
+        )
+        for seed in (3, 4)
+    ]
+    with DockClient(dock.url, developer) as dev:
+        jobs = [dev.submit(zip_path) for zip_path in [tfidf_packages["sms_spam"], *smalls]]
+        assert all(dev.wait(j.job_id, timeout=600).state.value == "succeeded" for j in jobs)
+    good = jobs[0].learnware_id
+
+    query = few_shot(load_task(datasets_dir, "sms_spam", "test"), per_class=1, seed=5)
+    with DockClient(dock.url, user) as client:
+        posted = client.task(query.texts, [int(y) for y in query.labels], query.label_names, top_k=3)
+        result = client.wait_task(posted.task_id, timeout=300)
+        job = client.wait(posted.job_id, timeout=60)
+    assert result.status.value == "ready", result.error
+    assert all(m.checked and m.agreement_weighed for m in result.matches)
+    weighed = [
+        (m.shot_log_likelihood or 0.0) - (m.shot_map_cost or 0.0) + (m.agreement or 0.0)
+        for m in result.matches
+    ]
+    assert all(m.agreement is not None for m in result.matches) and weighed == sorted(weighed, reverse=True)
+    assert result.matches[0].learnware_id == good
+    assert all("which is added to its score" in m.reason for m in result.matches)
+    assert any("agreement check: 3 of 3 checked matches run on" in line for line in job.log), job.log

@@ -74,6 +74,18 @@ def test_the_cli_shows_a_spec_only_tasks_agreement(capsys: pytest.CaptureFixture
     )
     out = capsys.readouterr().out
     assert "not run; κ 0.64" in out and "not run; κ 0.21" in out and "agree with one another" in out
+    # Checked matches whose agreement weighed in on their order: the κ, beside the accuracy.
+    print_matches(
+        [
+            MatchRead(
+                rank=1, learnware_id=2, score=0.32, name="good", checked=True, shot_accuracy=0.75,
+                agreement=0.58, agreement_weighed=True, reason="κ 0.58, which is added to its score", **common,
+            ),
+            MatchRead(rank=2, learnware_id=1, score=0.34, name="weak", checked=True, shot_accuracy=1.0, **common),
+        ]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert "75%; κ 0.58" in out and "100%" in out and "the first five by that score plus" in out
 
 
 def test_a_worker_keeps_the_models_it_checked_last_loaded(
@@ -207,3 +219,33 @@ def test_only_a_worker_that_runs_the_shot_check_warms_up(settings: Settings) -> 
     assert checks_tasks(both) and checks_tasks(gpu) and not checks_tasks(cpu)
     both.amqp.queues.select(["gpu", "cpu"])
     assert checks_tasks(both)
+
+
+def test_a_worker_remembers_what_its_models_answered_on_declared_inputs() -> None:
+    """`RememberedAnswers`: a model runs only on the texts it has not answered yet, the answers
+    come back in the order asked (repeats included), and the least recently used go first."""
+    from app.ml.runners.base import Runner
+    from app.tasks.shot_check import RememberedAnswers
+
+    class Counting(Runner):
+        def __init__(self) -> None:
+            super().__init__(["ham", "spam"])
+            self.seen: list[str] = []
+
+        def _predict(self, texts: list[str], batch_size: int) -> tuple[np.ndarray, np.ndarray | None]:
+            self.seen.extend(texts)
+            spam = np.array([float("win" in t) for t in texts])
+            return spam.astype(np.int64), np.stack([1 - spam * 0.8 - 0.1, spam * 0.8 + 0.1], axis=1)
+
+    runner, memo = Counting(), RememberedAnswers(capacity=3)
+    first = memo.predict("sha-a", runner, ["hello", "win cash"])
+    assert first.labels.tolist() == [0, 1] and first.probs is not None and first.probs.shape == (2, 2)
+    again = memo.predict("sha-a", runner, ["win cash", "lunch?", "hello", "win cash"])
+    assert runner.seen == ["hello", "win cash", "lunch?"]  # only the new text ran
+    assert again.labels.tolist() == [1, 0, 0, 1] and again.probs is not None
+    assert np.allclose(again.probs[0], first.probs[1]) and len(memo) == 3
+    # Another model's answers are its own; the capacity holds, the least recently used leave.
+    memo.predict("sha-b", runner, ["hello"])
+    assert len(memo) == 3 and runner.seen[-1] == "hello"
+    memo.predict("sha-a", runner, ["lunch?", "hello", "win cash"])
+    assert runner.seen[-1] == "win cash"  # the oldest of sha-a's, dropped for sha-b's, ran again

@@ -192,6 +192,15 @@ def test_a_map_the_examples_chose_shows_its_cost_and_older_results_still_render(
         task.results = [unchecked]
     page = client.get(f"/tasks/{task_id}")
     assert "Agreement with the other close matches" in page.text and "κ 0.64" in page.text
+    # A checked match whose agreement weighed in on its place: its κ beside its accuracy.
+    with runtime.db.session() as session:
+        task = session.get(UserTask, task_id)
+        assert task is not None and task.results is not None
+        task.results = [{**unchecked, "shot_accuracy": 0.75, "agreement": 0.58, "agreement_weighed": True}]
+    page = client.get(f"/tasks/{task_id}")
+    assert "Agreement with the other checked matches (added to the score)" in page.text
+    assert "κ 0.58" in page.text and "75%" in page.text
+    assert "Agreement with the other close matches" not in page.text
 
 
 def test_a_ranked_task_shows_what_the_api_says_and_starts_a_fine_tune(

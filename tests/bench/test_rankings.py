@@ -1,0 +1,115 @@
+"""Replays of recorded rankings (`app.bench.rankings`): the figures of the recorded order, and of
+rules that reorder the checked matches, without ranking again."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from app.bench.rankings import (
+    RULES,
+    agreement_added,
+    peer_kappas,
+    read_records,
+    replay,
+    replay_metrics,
+    replay_table,
+    service,
+)
+from app.cli.main import app
+
+
+def _row(i: int, accuracy: float, score: float | None) -> dict[str, Any]:
+    checked = score is not None
+    return {
+        "id": i,
+        "key": f"lw-{i}",
+        "cosine": 0.3 - 0.01 * i,
+        "tier": "labels-by-name",
+        "checked": checked,
+        "beats_chance": checked and score > math.log(0.5),
+        "map_how": "names",
+        "accuracy": accuracy,
+        "shot": None if not checked else {"score": score, "log_likelihood": score, "accuracy": 0.8, "confidence": 0.7, "map_cost": 0.0},
+    }  # fmt: skip
+
+
+def _record(kind: str = "same names", seed: int = 0, **peers: list[int]) -> dict[str, Any]:
+    """A binary user: the weak twin (1) best on the examples, the good one (2) close behind and
+    borne out more on the peers' inputs, a third (3) far behind; 4 unchecked."""
+    return {
+        "kind": kind,
+        "task": "sst2",
+        "seed": seed,
+        "n_labels": 2,
+        "n_examples": 16,
+        "oracle_by_name": 0.90,
+        "good": 2,
+        "corrupted": 4,
+        "ranked": [_row(1, 0.60, -0.20), _row(2, 0.90, -0.25), _row(3, 0.80, -0.60), _row(4, 0.50, None)],
+        "peer_answers": {str(k): v for k, v in peers.items()},
+    }
+
+
+# The good one (2) and the third (3) agree; the weak twin (1) answers almost at random.
+AGREEING = {
+    "1": [0, 1, 1, 0, 1, 0, 0, 1, 1, 0],
+    "2": [0, 0, 0, 0, 0, 1, 1, 1, 1, 1],
+    "3": [0, 0, 0, 0, 1, 1, 1, 1, 1, 1],
+}
+
+
+def test_the_recorded_order_gives_the_recorded_figures() -> None:
+    record = _record()
+    assert replay_metrics(record, service(record)) == (pytest.approx(0.60 / 0.90), 0.0, 1.0)
+    # A top-1 read through a map better than any by name is its own oracle.
+    better = {**record, "oracle_by_name": 0.5}
+    assert replay_metrics(better, service(better))[:2] == (1.0, 1.0)
+    # No learnware answers the user's labels by name: nothing to normalise by.
+    assert all(v != v for v in replay_metrics({**record, "oracle_by_name": None}, service(record))[:2])
+
+
+def test_the_agreement_added_to_the_score_reorders_the_first_checked_matches() -> None:
+    record = _record(**AGREEING)
+    kappas = peer_kappas(record)
+    assert kappas[3] > kappas[2] > kappas[1]  # 0.4, 0.3, -0.1
+    order = [row["id"] for row in agreement_added(1.0)(record)]
+    assert order[:2] == [2, 3] and order[-1] == 4  # the unchecked one stays where it was
+    assert replay_metrics(record, agreement_added(1.0)(record))[:2] == (1.0, 1.0)
+    # Without peers' answers (fewer than three checked), nothing moves.
+    assert agreement_added(1.0)(_record()) == service(_record())
+
+
+def test_a_replay_counts_each_kind_and_the_users_it_moves(tmp_path: Path) -> None:
+    records = [_record(**AGREEING), _record(seed=1), _record(kind="4 shots", **AGREEING)]
+    result = replay(records, RULES["agreement-added-1"])
+    assert (result["moved"], result["better"], result["worse"]) == (2, 2, 0)
+    assert result["kinds"]["same names"]["users"] == 2
+    assert result["kinds"]["same names"]["normalized_accuracy"] == pytest.approx((1.0 + 0.6 / 0.9) / 2)
+    assert result["mean over kinds"]["normalized_accuracy"] == pytest.approx(
+        ((1.0 + 0.6 / 0.9) / 2 + 1.0) / 2
+    )
+    table = replay_table(records, ["service", "agreement-added-1"])
+    assert "| 4 shots | 1 | 0.667 ± 0.000 / 0.000 / 1.000 | 1.000 ± 0.000 / 1.000 / 1.000 |" in table
+    assert "| users moved (better, worse) | | 0 (0, 0) | 2 (2, 0) |" in table
+    with pytest.raises(KeyError, match="unknown rules"):
+        replay_table(records, ["no such rule"])
+    path = tmp_path / "rankings.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert read_records([path]) == records
+    packed = tmp_path / "rankings.jsonl.gz"
+    packed.write_bytes(gzip.compress(path.read_bytes()))
+    assert read_records([packed, path]) == records + records
+    shown = CliRunner().invoke(
+        app, ["bench", "identify-replay", str(path), "--rule", "service", "--rule", "agreement-added-1"]
+    )
+    assert shown.exit_code == 0, shown.output
+    assert "| **mean over kinds** | 3 |" in shown.output
+    refused = CliRunner().invoke(app, ["bench", "identify-replay", str(path), "--rule", "nope"])
+    assert refused.exit_code != 0 and "unknown rules" in refused.output

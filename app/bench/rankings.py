@@ -198,6 +198,7 @@ def best_checked(record: Record) -> list[dict[str, Any]]:
 
 RULES: dict[str, Rule] = {
     "service": service,
+    "shot-score": shot_key(lambda s: s["score"]),
     "agreement-added-0.5": agreement_added(0.5),
     "agreement-added-1": agreement_added(1.0),
     "agreement-added-2": agreement_added(2.0),

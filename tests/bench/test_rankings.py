@@ -86,6 +86,15 @@ def test_the_agreement_added_to_the_score_reorders_the_first_checked_matches() -
     assert agreement_added(1.0)(_record()) == service(_record())
 
 
+def test_the_shot_score_rule_gives_back_the_order_before_the_agreement_weighed_in() -> None:
+    # A record of the service as it ranks now: the good one (2) first by score plus κ.
+    record = _record(**AGREEING)
+    record["ranked"] = [record["ranked"][i] for i in (1, 2, 0, 3)]
+    assert [row["id"] for row in RULES["shot-score"](record)] == [1, 2, 3, 4]
+    # On a record in score order it moves nothing.
+    assert RULES["shot-score"](_record()) == service(_record())
+
+
 def test_a_replay_counts_each_kind_and_the_users_it_moves(tmp_path: Path) -> None:
     records = [_record(**AGREEING), _record(seed=1), _record(kind="4 shots", **AGREEING)]
     result = replay(records, RULES["agreement-added-1"])

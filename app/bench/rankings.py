@@ -26,7 +26,7 @@ import gzip
 import json
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -152,9 +152,23 @@ def service(record: Record) -> list[dict[str, Any]]:
     return list(record["ranked"])
 
 
-def agreement_added(weight: float = 1.0) -> Rule:
-    """The first `PEERS` checked matches better than chance by their shot score plus ``weight`` ×
-    their κ with one another (one without a κ at the others' mean); the rest as recorded."""
+FEATURES: dict[str, Callable[[dict[str, Any], float], float]] = {
+    "shot score": lambda row, kappa: float(row["shot"]["score"]),
+    "κ": lambda row, kappa: kappa,
+    "cosine": lambda row, kappa: float(row["cosine"]),
+    "shot accuracy": lambda row, kappa: float(row["shot"]["accuracy"]),
+    "confidence": lambda row, kappa: float(row["shot"]["confidence"]),
+}
+"""What `fitted_weights` weighs: of one of the first checked matches, with its κ among them."""
+
+
+def weighed(weights: Mapping[str, float]) -> Rule:
+    """The first `PEERS` checked matches better than chance by the weighed sum of their
+    ``weights``' `FEATURES` (one without a κ at the others' mean); the rest as recorded. Unchanged
+    where fewer than `MIN_PEERS` were checked (no κ) or the best is not first."""
+    unknown = [name for name in weights if name not in FEATURES]
+    if unknown:
+        raise KeyError(f"unknown features {unknown}; known: {list(FEATURES)}")
 
     def rule(record: Record) -> list[dict[str, Any]]:
         checked = _better_than_chance(record)
@@ -163,13 +177,22 @@ def agreement_added(weight: float = 1.0) -> Rule:
             return service(record)
         head = checked[:PEERS]
         neutral = float(np.mean(list(kappas.values())))
-        ordered = sorted(
-            head, key=lambda row: row["shot"]["score"] + weight * kappas.get(row["id"], neutral), reverse=True
-        )
+
+        def key(row: dict[str, Any]) -> float:
+            kappa = kappas.get(row["id"], neutral)
+            return sum(w * FEATURES[f](row, kappa) for f, w in weights.items())
+
+        ordered = sorted(head, key=key, reverse=True)
         moved = {row["id"] for row in head}
         return ordered + [row for row in record["ranked"] if row["id"] not in moved]
 
     return rule
+
+
+def agreement_added(weight: float = 1.0) -> Rule:
+    """The first `PEERS` checked matches better than chance by their shot score plus ``weight`` ×
+    their κ with one another (the service's rule, `ranking.weighed_by_agreement`)."""
+    return weighed({"shot score": 1.0, "κ": weight})
 
 
 def shot_key(key: Callable[[dict[str, Any]], float]) -> Rule:
@@ -205,7 +228,69 @@ RULES: dict[str, Rule] = {
     "mean-probability": shot_key(lambda s: s["confidence"] * math.exp(-s["map_cost"])),
     "best-checked (hindsight)": best_checked,
 }
-"""The rules a replay knows by name."""
+"""The rules a replay knows by name; `rule_named` also takes ``weighed:`` rules."""
+
+
+def rule_named(name: str) -> Rule:
+    """A rule of `RULES`, or ``weighed:FEATURE=WEIGHT,…`` (`weighed`; shot score 1 unless named),
+    e.g. ``weighed:κ=0.8,cosine=0.2``."""
+    if name in RULES:
+        return RULES[name]
+    if not name.startswith("weighed:"):
+        raise KeyError(f"unknown rule {name!r}; known: {list(RULES)} or weighed:FEATURE=WEIGHT,...")
+    weights = {"shot score": 1.0}
+    for part in name.removeprefix("weighed:").split(","):
+        feature, sep, value = part.partition("=")
+        try:
+            weights[feature.strip()] = float(value)
+        except ValueError:
+            raise KeyError(f"{part!r} in rule {name!r} is not FEATURE=WEIGHT") from None
+        if not sep:
+            raise KeyError(f"{part!r} in rule {name!r} is not FEATURE=WEIGHT")
+    return weighed(weights)
+
+
+def fitted_weights(records: Sequence[Record], features: Sequence[str] = tuple(FEATURES)) -> dict[str, Any]:
+    """How much each of ``features`` is worth, in units of shot score, when they order the first
+    `PEERS` checked matches: a logistic model of which of two of them is better on the user's test
+    set, fitted on every such pair of every user (a pair within a hundredth of accuracy tells
+    nothing and is left out) by Newton steps with a little L2 (1e-2). A check on a rule's weights
+    (`agreement_added`), not a rule: weights fitted on one market and replayed on another say
+    whether a feature holds beyond the users it was fitted on. The weights are in units of the
+    shot score's where it comes first and its weight is positive, raw otherwise."""
+    unknown = [name for name in features if name not in FEATURES]
+    if unknown:
+        raise KeyError(f"unknown features {unknown}; known: {list(FEATURES)}")
+    diffs: list[np.ndarray] = []
+    for record in records:
+        checked = _better_than_chance(record)
+        kappas = peer_kappas(record)
+        if len(checked) < 2 or not kappas or checked[0] is not record["ranked"][0]:
+            continue
+        head = checked[:PEERS]
+        neutral = float(np.mean(list(kappas.values())))
+        x = np.array([[FEATURES[f](row, kappas.get(row["id"], neutral)) for f in features] for row in head])
+        accuracy = [float(row["accuracy"]) for row in head]
+        for i in range(len(head)):
+            for j in range(len(head)):
+                if accuracy[i] > accuracy[j] + 0.01:
+                    diffs.append(x[i] - x[j])
+    if not diffs:
+        raise ValueError("no user has two checked matches of different accuracy to learn from")
+    # Each pair both ways (the better one first labelled 1, its mirror 0): no intercept is needed.
+    X = np.concatenate([np.stack(diffs), -np.stack(diffs)])
+    y = np.concatenate([np.ones(len(diffs)), np.zeros(len(diffs))])
+    w = np.zeros(X.shape[1])
+    for _ in range(50):
+        p = 1.0 / (1.0 + np.exp(-(X @ w)))
+        gradient = X.T @ (p - y) / len(y) + 1e-2 * w
+        hessian = (X.T * (p * (1 - p))) @ X / len(y) + 1e-2 * np.eye(len(w))
+        step = np.linalg.solve(hessian, gradient)
+        w -= step
+        if float(np.abs(step).max()) < 1e-10:
+            break
+    scale = w[0] if features[0] == "shot score" and w[0] > 0 else 1.0
+    return {"pairs": len(diffs), "weights": {f: float(v / scale) for f, v in zip(features, w, strict=True)}}
 
 
 def replay(records: Sequence[Record], rule: Rule) -> dict[str, Any]:
@@ -247,11 +332,9 @@ def replay(records: Sequence[Record], rule: Rule) -> dict[str, Any]:
 
 
 def replay_table(records: Sequence[Record], rules: Sequence[str]) -> str:
-    """A markdown table: each kind's figures under each named rule (`RULES`)."""
-    unknown = [name for name in rules if name not in RULES]
-    if unknown:
-        raise KeyError(f"unknown rules {unknown}; known: {list(RULES)}")
-    results = {name: replay(records, RULES[name]) for name in rules}
+    """A markdown table: each kind's figures under each named rule (`rule_named`)."""
+    chosen = {name: rule_named(name) for name in rules}
+    results = {name: replay(records, rule) for name, rule in chosen.items()}
     kinds = list(results[rules[0]]["kinds"])
 
     def cell(row: dict[str, float]) -> str:

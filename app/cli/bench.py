@@ -140,18 +140,36 @@ def bench_identify_replay(
     rankings: Annotated[list[Path], typer.Argument(help="`bench identify --rankings` files")],
     rule: Annotated[
         list[str] | None,
-        typer.Option(help="a rule to replay (repeat for more; `service` is the recorded order)"),
+        typer.Option(
+            help="a rule to replay (repeat for more; `service` is the recorded order; "
+            "weighed:FEATURE=WEIGHT,... orders the first checked matches by a weighed sum)"
+        ),
+    ] = None,
+    fit: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="instead, fit how much these features are worth in units of shot score (repeat; "
+            "the first should be 'shot score'; `rankings.fitted_weights`)"
+        ),
     ] = None,
 ) -> None:
     """Each kind's figures with every user's recorded matches reordered by other rules: what a
     rule that reorders the checked matches would have given, in seconds (trains and runs nothing;
     `app.bench.rankings`)."""
-    from app.bench.rankings import RULES, read_records, replay_table
+    from app.bench.rankings import FEATURES, fitted_weights, read_records, replay_table, rule_named
 
+    if fit:
+        unknown = [name for name in fit if name not in FEATURES]
+        if unknown:
+            raise typer.BadParameter(f"unknown features {unknown}; known: {', '.join(FEATURES)}")
+        typer.echo(json.dumps(fitted_weights(read_records(rankings), fit), indent=2, ensure_ascii=False))
+        return
     names = rule or ["service", "agreement-added-1"]
-    unknown = [name for name in names if name not in RULES]
-    if unknown:
-        raise typer.BadParameter(f"unknown rules {unknown}; known: {', '.join(RULES)}")
+    for name in names:
+        try:
+            rule_named(name)
+        except KeyError as error:
+            raise typer.BadParameter(str(error.args[0])) from None
     typer.echo(replay_table(read_records(rankings), names))
 
 

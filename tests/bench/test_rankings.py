@@ -15,11 +15,13 @@ from typer.testing import CliRunner
 from app.bench.rankings import (
     RULES,
     agreement_added,
+    fitted_weights,
     peer_kappas,
     read_records,
     replay,
     replay_metrics,
     replay_table,
+    rule_named,
     service,
 )
 from app.cli.main import app
@@ -107,7 +109,7 @@ def test_a_replay_counts_each_kind_and_the_users_it_moves(tmp_path: Path) -> Non
     table = replay_table(records, ["service", "agreement-added-1"])
     assert "| 4 shots | 1 | 0.667 ± 0.000 / 0.000 / 1.000 | 1.000 ± 0.000 / 1.000 / 1.000 |" in table
     assert "| users moved (better, worse) | | 0 (0, 0) | 2 (2, 0) |" in table
-    with pytest.raises(KeyError, match="unknown rules"):
+    with pytest.raises(KeyError, match="unknown rule"):
         replay_table(records, ["no such rule"])
     path = tmp_path / "rankings.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
@@ -121,4 +123,32 @@ def test_a_replay_counts_each_kind_and_the_users_it_moves(tmp_path: Path) -> Non
     assert shown.exit_code == 0, shown.output
     assert "| **mean over kinds** | 3 |" in shown.output
     refused = CliRunner().invoke(app, ["bench", "identify-replay", str(path), "--rule", "nope"])
-    assert refused.exit_code != 0 and "unknown rules" in refused.output
+    assert refused.exit_code != 0 and "unknown rule" in refused.output
+    fitted = CliRunner().invoke(
+        app, ["bench", "identify-replay", str(path), "--fit", "shot score", "--fit", "κ"]
+    )
+    assert fitted.exit_code == 0, fitted.output
+    assert json.loads(fitted.output)["weights"]["shot score"] == 1.0
+
+
+def test_a_weighed_rule_is_named_by_its_features_and_weights() -> None:
+    record = _record(**AGREEING)
+    assert rule_named("weighed:κ=1")(record) == agreement_added(1.0)(record)
+    # The cosine (0.29 for 1, 0.28 for 2) at a large weight puts the first-ranked back on top.
+    assert rule_named("weighed:κ=1,cosine=100")(record)[0]["id"] == 1
+    for bad in ("weighed:height=2", "weighed:κ", "weighed:κ=much", "nope"):
+        with pytest.raises(KeyError):
+            rule_named(bad)
+
+
+def test_fitted_weights_find_what_separates_the_better_matches() -> None:
+    # The better one of each pair (2 above 3 above 1) is ordered by κ, not by the shot score:
+    # κ's fitted weight in units of shot score is large and positive.
+    records = [_record(seed=s, **AGREEING) for s in range(3)]
+    fitted = fitted_weights(records, ["shot score", "κ"])
+    assert fitted["pairs"] == 9
+    assert fitted["weights"]["κ"] > 1.0
+    with pytest.raises(KeyError, match="unknown features"):
+        fitted_weights(records, ["shot score", "height"])
+    with pytest.raises(ValueError, match="no user"):
+        fitted_weights([_record()], ["shot score", "κ"])

@@ -293,15 +293,46 @@ def fitted_weights(records: Sequence[Record], features: Sequence[str] = tuple(FE
     return {"pairs": len(diffs), "weights": {f: float(v / scale) for f, v in zip(features, w, strict=True)}}
 
 
+MISSES = ("in the first checked", "checked further down", "checked, no better than chance", "not checked")
+"""Where the best learnware stood for a user whose top match is not it (`oracle_miss`)."""
+
+
+def oracle_miss(record: Record, order: Sequence[dict[str, Any]]) -> str | None:
+    """Where the first learnware as good as the user's oracle (within a point) stood in ``order``
+    when the top match is not one (one of `MISSES`); None where the top is one, or where there is
+    no oracle by name. What a better rule could reach: a reordering of the first `PEERS` checked
+    matches reaches only the first kind of miss."""
+    top = float(order[0].get("accuracy", 0.0))
+    if record["oracle_by_name"] is None:
+        return None
+    oracle = max(float(record["oracle_by_name"]), top)
+    if top >= oracle - 0.01:
+        return None
+    checked = _better_than_chance(record)
+    first = {row["id"] for row in checked[:PEERS]}
+    for row in order:
+        if float(row.get("accuracy", 0.0)) >= oracle - 0.01:
+            if row["id"] in first:
+                return MISSES[0]
+            if row in checked:
+                return MISSES[1]
+            return MISSES[2] if row.get("checked") else MISSES[3]
+    return MISSES[3]  # beyond the recorded matches: never checked
+
+
 def replay(records: Sequence[Record], rule: Rule) -> dict[str, Any]:
     """Each kind's mean normalised accuracy (with its spread over user seeds), oracle agreement
-    and quality filter under ``rule``; the mean over kinds; users moved, better and worse."""
+    and quality filter under ``rule``; the mean over kinds; users moved, better and worse; where
+    the best learnware stood for the users whose top match is not it (`oracle_miss`)."""
     by_kind: dict[str, dict[int, list[tuple[float, float, float]]]] = defaultdict(lambda: defaultdict(list))
     moved = better = worse = 0
+    misses = dict.fromkeys(MISSES, 0)
     for record in records:
         order = rule(record)
         metrics = replay_metrics(record, order)
         by_kind[record["kind"]][record["seed"]].append(metrics)
+        if (miss := oracle_miss(record, order)) is not None:
+            misses[miss] += 1
         if order[0]["id"] != record["ranked"][0]["id"]:
             moved += 1
             before = replay_metrics(record, record["ranked"])[0]
@@ -328,7 +359,14 @@ def replay(records: Sequence[Record], rule: Rule) -> dict[str, Any]:
         key: float(np.nanmean([row[key] for row in kinds.values()]))
         for key in ("normalized_accuracy", "oracle_agreement_at1", "quality_filter")
     }
-    return {"kinds": kinds, "mean over kinds": over, "moved": moved, "better": better, "worse": worse}
+    return {
+        "kinds": kinds,
+        "mean over kinds": over,
+        "moved": moved,
+        "better": better,
+        "worse": worse,
+        "oracle misses": misses,
+    }
 
 
 def replay_table(records: Sequence[Record], rules: Sequence[str]) -> str:
@@ -366,6 +404,13 @@ def replay_table(records: Sequence[Record], rules: Sequence[str]) -> str:
     lines.append(
         "| users moved (better, worse) | | "
         + " | ".join(f"{results[n]['moved']} ({results[n]['better']}, {results[n]['worse']})" for n in rules)
+        + " |"
+    )
+    lines.append(
+        "| the best learnware, where it is not first: "
+        + " / ".join(MISSES)
+        + " | | "
+        + " | ".join(" / ".join(str(v) for v in results[n]["oracle misses"].values()) for n in rules)
         + " |"
     )
     return "\n".join(lines)

@@ -16,6 +16,7 @@ from app.bench.rankings import (
     RULES,
     agreement_added,
     fitted_weights,
+    oracle_miss,
     peer_kappas,
     read_records,
     replay,
@@ -129,6 +130,22 @@ def test_a_replay_counts_each_kind_and_the_users_it_moves(tmp_path: Path) -> Non
     )
     assert fitted.exit_code == 0, fitted.output
     assert json.loads(fitted.output)["weights"]["shot score"] == 1.0
+
+
+def test_a_miss_says_where_the_best_learnware_stood() -> None:
+    record = _record()
+    assert oracle_miss(record, service(record)) == "in the first checked"  # 2, second
+    assert oracle_miss(record, agreement_added(1.0)(_record(**AGREEING))) is None  # 2 is first
+    unchecked_best = {**record, "oracle_by_name": 0.95}
+    unchecked_best["ranked"] = [*record["ranked"][:3], {**record["ranked"][3], "accuracy": 0.95}]
+    assert oracle_miss(unchecked_best, service(unchecked_best)) == "not checked"
+    assert oracle_miss({**record, "oracle_by_name": None}, service(record)) is None
+    assert replay([record, unchecked_best], service)["oracle misses"] == {
+        "in the first checked": 1,
+        "checked further down": 0,
+        "checked, no better than chance": 0,
+        "not checked": 1,
+    }
 
 
 def test_a_weighed_rule_is_named_by_its_features_and_weights() -> None:

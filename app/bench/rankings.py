@@ -359,6 +359,16 @@ def replay(records: Sequence[Record], rule: Rule) -> dict[str, Any]:
         key: float(np.nanmean([row[key] for row in kinds.values()]))
         for key in ("normalized_accuracy", "oracle_agreement_at1", "quality_filter")
     }
+    # The spread over user seeds of the mean over kinds: each seed's kinds averaged, then the std.
+    per_seed = {
+        seed: float(
+            np.nanmean(
+                [np.nanmean([m[0] for m in seeds[seed]]) for seeds in by_kind.values() if seed in seeds]
+            )
+        )
+        for seed in sorted({seed for seeds in by_kind.values() for seed in seeds})
+    }
+    over["normalized_accuracy_seed_std"] = float(np.nanstd(list(per_seed.values())))
     return {
         "kinds": kinds,
         "mean over kinds": over,
@@ -366,6 +376,7 @@ def replay(records: Sequence[Record], rule: Rule) -> dict[str, Any]:
         "better": better,
         "worse": worse,
         "oracle misses": misses,
+        "per seed": per_seed,
     }
 
 
@@ -394,9 +405,8 @@ def replay_table(records: Sequence[Record], rules: Sequence[str]) -> str:
     lines.append(
         f"| **mean over kinds** | {len(records)} | "
         + " | ".join(
-            "{normalized_accuracy:.4f} / {oracle_agreement_at1:.3f} / {quality_filter:.3f}".format(
-                **results[n]["mean over kinds"]
-            )
+            "{normalized_accuracy:.4f} ± {normalized_accuracy_seed_std:.4f} / {oracle_agreement_at1:.3f} / "
+            "{quality_filter:.3f}".format(**results[n]["mean over kinds"])
             for n in rules
         )
         + " |"
@@ -404,6 +414,15 @@ def replay_table(records: Sequence[Record], rules: Sequence[str]) -> str:
     lines.append(
         "| users moved (better, worse) | | "
         + " | ".join(f"{results[n]['moved']} ({results[n]['better']}, {results[n]['worse']})" for n in rules)
+        + " |"
+    )
+    first = results[rules[0]]["per seed"]
+    lines.append(
+        f"| normalised accuracy against {rules[0]}, each user seed (paired) | | – | "
+        + " | ".join(
+            " / ".join(f"{results[n]['per seed'][seed] - first[seed]:+.4f}" for seed in first)
+            for n in rules[1:]
+        )
         + " |"
     )
     lines.append(

@@ -110,6 +110,10 @@ def test_a_replay_counts_each_kind_and_the_users_it_moves(tmp_path: Path) -> Non
     table = replay_table(records, ["service", "agreement-added-1"])
     assert "| 4 shots | 1 | 0.667 ± 0.000 / 0.000 / 1.000 | 1.000 ± 0.000 / 1.000 / 1.000 |" in table
     assert "| users moved (better, worse) | | 0 (0, 0) | 2 (2, 0) |" in table
+    # Paired by user seed: seed 0's two users gained 1/3 each, seed 1's user did not move.
+    assert (
+        "| normalised accuracy against service, each user seed (paired) | | – | +0.3333 / +0.0000 |" in table
+    )
     with pytest.raises(KeyError, match="unknown rule"):
         replay_table(records, ["no such rule"])
     path = tmp_path / "rankings.jsonl"

@@ -152,17 +152,28 @@ def bench_identify_replay(
             "the first should be 'shot score'; `rankings.fitted_weights`)"
         ),
     ] = None,
+    task: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="only the users of this task (repeat for more): markets compared on the same tasks"
+        ),
+    ] = None,
 ) -> None:
     """Each kind's figures with every user's recorded matches reordered by other rules: what a
     rule that reorders the checked matches would have given, in seconds (trains and runs nothing;
     `app.bench.rankings`)."""
     from app.bench.rankings import FEATURES, fitted_weights, read_records, replay_table, rule_named
 
+    records = read_records(rankings)
+    if task:
+        records = [r for r in records if r["task"] in task]
+        if not records:
+            raise typer.BadParameter(f"no user of the tasks {task} in these records")
     if fit:
         unknown = [name for name in fit if name not in FEATURES]
         if unknown:
             raise typer.BadParameter(f"unknown features {unknown}; known: {', '.join(FEATURES)}")
-        typer.echo(json.dumps(fitted_weights(read_records(rankings), fit), indent=2, ensure_ascii=False))
+        typer.echo(json.dumps(fitted_weights(records, fit), indent=2, ensure_ascii=False))
         return
     names = rule or ["service", "agreement-added-1"]
     for name in names:
@@ -170,7 +181,7 @@ def bench_identify_replay(
             rule_named(name)
         except KeyError as error:
             raise typer.BadParameter(str(error.args[0])) from None
-    typer.echo(replay_table(read_records(rankings), names))
+    typer.echo(replay_table(records, names))
 
 
 @bench_app.command("identify-markets")

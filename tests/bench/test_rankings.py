@@ -127,6 +127,10 @@ def test_a_replay_counts_each_kind_and_the_users_it_moves(tmp_path: Path) -> Non
     )
     assert shown.exit_code == 0, shown.output
     assert "| **mean over kinds** | 3 |" in shown.output
+    one_task = CliRunner().invoke(app, ["bench", "identify-replay", str(path), "--task", "sst2"])
+    assert one_task.exit_code == 0 and "| **mean over kinds** | 3 |" in one_task.output
+    no_task = CliRunner().invoke(app, ["bench", "identify-replay", str(path), "--task", "cola"])
+    assert no_task.exit_code != 0 and "no user of the tasks" in no_task.output
     refused = CliRunner().invoke(app, ["bench", "identify-replay", str(path), "--rule", "nope"])
     assert refused.exit_code != 0 and "unknown rule" in refused.output
     fitted = CliRunner().invoke(

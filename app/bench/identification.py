@@ -45,6 +45,7 @@ from app.ml.packages import LearnwarePackage
 from app.ml.pave import fit_pave_spec
 from app.ml.ranking import SHOT_CHECK_K, SHOT_CHECK_K_UNNAMED, Candidate, ShotScore, by_tier, shot_score
 from app.ml.runners.base import Predictions
+from app.ml.shot_check import RememberedAnswers
 from app.ml.spec_space import FitRecipe, SpecSpace, load_space
 
 log = logging.getLogger(__name__)
@@ -246,6 +247,9 @@ class Market:
         left out of the market, as the dock leaves them out of its index."""
         self._runners: dict[int, Any] = {}
         self._packages: dict[int, LearnwarePackage] = {}
+        self._declared_answers = RememberedAnswers(capacity=500_000)
+        """What each learnware answered on declared inputs (its own and its peers'), as a worker
+        remembers them: every user's agreement check pools the same few hundred of them."""
 
     def plan(self) -> list[tuple[str, str, str]]:
         """(task, family, variant) of each learnware the market holds."""
@@ -349,6 +353,10 @@ class Market:
 
     def predict(self, lw: Learnware, texts: list[str]) -> Predictions:
         return self.runner(lw).predict(texts)
+
+    def predict_declared(self, lw: Learnware, texts: list[str]) -> Predictions:
+        """``lw``'s answers on declared inputs, each run once per market (`RememberedAnswers`)."""
+        return self._declared_answers.predict(lw.key, self.runner(lw), texts)
 
     def test_predictions(self, lw: Learnware, task: str) -> Predictions:
         """``lw``'s answers (its own class ids) and probabilities on ``task``'s capped test split."""

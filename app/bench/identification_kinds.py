@@ -370,7 +370,7 @@ def checked_agreement(
     for i in peers:
         label_map = maps[i]
         assert label_map is not None
-        predicted = market.predict(market.learnwares[i], texts)
+        predicted = market.predict_declared(market.learnwares[i], texts)
         answered[i] = mapped_answers(predicted.labels, predicted.probs, label_map)
     return agreement_scores(answered, n_labels)
 
@@ -391,7 +391,7 @@ def peer_agreement(
     answered = {}
     for i in peers:
         lw = market.learnwares[i]
-        predicted = market.predict(lw, texts)
+        predicted = market.predict_declared(lw, texts)
         answered[i] = user_answers(predicted.labels, predicted.probs, names, lw.label_names)
     return agreement_scores(answered, len(names))
 

@@ -93,7 +93,7 @@ def ranking_record(market: Market, user: User, ranked: Sequence[Ranked]) -> Reco
         texts = pooled_inputs([market.learnwares[r.id].inputs for r in peers])
         for r in peers:
             assert r.label_map is not None
-            predicted = market.predict(market.learnwares[r.id], texts)
+            predicted = market.predict_declared(market.learnwares[r.id], texts)
             answered[str(r.id)] = mapped_answers(predicted.labels, predicted.probs, r.label_map).tolist()
     own = {lw.variant: lw.id for lw in market.learnwares if lw.task == user.task}
     return {

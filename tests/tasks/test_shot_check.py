@@ -225,7 +225,7 @@ def test_a_worker_remembers_what_its_models_answered_on_declared_inputs() -> Non
     """`RememberedAnswers`: a model runs only on the texts it has not answered yet, the answers
     come back in the order asked (repeats included), and the least recently used go first."""
     from app.ml.runners.base import Runner
-    from app.tasks.shot_check import RememberedAnswers
+    from app.ml.shot_check import RememberedAnswers
 
     class Counting(Runner):
         def __init__(self) -> None:

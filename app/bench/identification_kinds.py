@@ -97,6 +97,10 @@ class Market(Protocol):
 
     def predict(self, lw: Any, texts: list[str]) -> Predictions: ...
 
+    def predict_declared(self, lw: Any, texts: list[str]) -> Predictions:
+        """``predict`` on declared inputs, each answer remembered for the next user."""
+        ...
+
     def test_predictions(self, lw: Any, task: str) -> Predictions: ...
 
 

@@ -147,6 +147,18 @@ def _better_than_chance(record: Record) -> list[dict[str, Any]]:
     return [row for row in record["ranked"] if row.get("checked") and row.get("beats_chance")]
 
 
+def _weighable(record: Record) -> tuple[list[dict[str, Any]], Callable[[dict[str, Any]], float]] | None:
+    """The first `PEERS` checked matches better than chance and each one's κ among them (one
+    without a κ at the others' mean), as the service weighs them; None where it does not (fewer
+    than `MIN_PEERS` checked, or the best not first)."""
+    checked = _better_than_chance(record)
+    kappas = peer_kappas(record)
+    if len(checked) < 2 or not kappas or checked[0] is not record["ranked"][0]:
+        return None
+    neutral = float(np.mean(list(kappas.values())))
+    return checked[:PEERS], lambda row: kappas.get(row["id"], neutral)
+
+
 def service(record: Record) -> list[dict[str, Any]]:
     """The order the service gave."""
     return list(record["ranked"])
@@ -171,16 +183,13 @@ def weighed(weights: Mapping[str, float]) -> Rule:
         raise KeyError(f"unknown features {unknown}; known: {list(FEATURES)}")
 
     def rule(record: Record) -> list[dict[str, Any]]:
-        checked = _better_than_chance(record)
-        kappas = peer_kappas(record)
-        if len(checked) < 2 or not kappas or checked[0] is not record["ranked"][0]:
+        weighable = _weighable(record)
+        if weighable is None:
             return service(record)
-        head = checked[:PEERS]
-        neutral = float(np.mean(list(kappas.values())))
+        head, kappa_of = weighable
 
         def key(row: dict[str, Any]) -> float:
-            kappa = kappas.get(row["id"], neutral)
-            return sum(w * FEATURES[f](row, kappa) for f, w in weights.items())
+            return sum(w * FEATURES[f](row, kappa_of(row)) for f, w in weights.items())
 
         ordered = sorted(head, key=key, reverse=True)
         moved = {row["id"] for row in head}
@@ -263,13 +272,11 @@ def fitted_weights(records: Sequence[Record], features: Sequence[str] = tuple(FE
         raise KeyError(f"unknown features {unknown}; known: {list(FEATURES)}")
     diffs: list[np.ndarray] = []
     for record in records:
-        checked = _better_than_chance(record)
-        kappas = peer_kappas(record)
-        if len(checked) < 2 or not kappas or checked[0] is not record["ranked"][0]:
+        weighable = _weighable(record)
+        if weighable is None:
             continue
-        head = checked[:PEERS]
-        neutral = float(np.mean(list(kappas.values())))
-        x = np.array([[FEATURES[f](row, kappas.get(row["id"], neutral)) for f in features] for row in head])
+        head, kappa_of = weighable
+        x = np.array([[FEATURES[f](row, kappa_of(row)) for f in features] for row in head])
         accuracy = [float(row["accuracy"]) for row in head]
         for i in range(len(head)):
             for j in range(len(head)):
@@ -302,19 +309,15 @@ def oracle_miss(record: Record, order: Sequence[dict[str, Any]]) -> str | None:
     when the top match is not one (one of `MISSES`); None where the top is one, or where there is
     no oracle by name. What a better rule could reach: a reordering of the first `PEERS` checked
     matches reaches only the first kind of miss."""
-    top = float(order[0].get("accuracy", 0.0))
-    if record["oracle_by_name"] is None:
+    if replay_metrics(record, order)[1] != 0.0:  # the top is the oracle, or there is none
         return None
-    oracle = max(float(record["oracle_by_name"]), top)
-    if top >= oracle - 0.01:
-        return None
-    checked = _better_than_chance(record)
-    first = {row["id"] for row in checked[:PEERS]}
+    oracle = max(float(record["oracle_by_name"]), float(order[0].get("accuracy", 0.0)))
+    checked = [row["id"] for row in _better_than_chance(record)]
     for row in order:
         if float(row.get("accuracy", 0.0)) >= oracle - 0.01:
-            if row["id"] in first:
+            if row["id"] in checked[:PEERS]:
                 return MISSES[0]
-            if row in checked:
+            if row["id"] in checked:
                 return MISSES[1]
             return MISSES[2] if row.get("checked") else MISSES[3]
     return MISSES[3]  # beyond the recorded matches: never checked

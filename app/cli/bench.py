@@ -162,7 +162,7 @@ def bench_identify_replay(
     """Each kind's figures with every user's recorded matches reordered by other rules: what a
     rule that reorders the checked matches would have given, in seconds (trains and runs nothing;
     `app.bench.rankings`)."""
-    from app.bench.rankings import FEATURES, fitted_weights, read_records, replay_table, rule_named
+    from app.bench.rankings import fitted_weights, read_records, replay_table, rule_named
 
     records = read_records(rankings)
     if task:
@@ -170,10 +170,11 @@ def bench_identify_replay(
         if not records:
             raise typer.BadParameter(f"no user of the tasks {task} in these records")
     if fit:
-        unknown = [name for name in fit if name not in FEATURES]
-        if unknown:
-            raise typer.BadParameter(f"unknown features {unknown}; known: {', '.join(FEATURES)}")
-        typer.echo(json.dumps(fitted_weights(records, fit), indent=2, ensure_ascii=False))
+        try:
+            fitted = fitted_weights(records, fit)
+        except (KeyError, ValueError) as error:
+            raise typer.BadParameter(str(error.args[0])) from None
+        typer.echo(json.dumps(fitted, indent=2, ensure_ascii=False))
         return
     names = rule or ["service", "agreement-added-1"]
     for name in names:

@@ -36,7 +36,7 @@ import numpy as np
 from tqdm import tqdm
 
 from app.bench import identification_kinds as kinds
-from app.bench.rankings import ranking_record
+from app.bench.rankings import ranking_record, wide_record
 from app.bench.report import machine, md_table, percentile, write_json
 from app.ml.data import TextTask, few_shot, load_task, text_task_names
 from app.ml.identify import Match, rank_specs
@@ -496,6 +496,7 @@ def run_identification_benchmark(
     extras: bool = True,
     market_seed: int = 0,
     only_kinds: Sequence[str] = (),
+    only_tasks: Sequence[str] = (),
     wide_check: int = 0,
     rankings_out: Path | None = None,
 ) -> dict[str, Any]:
@@ -503,8 +504,8 @@ def run_identification_benchmark(
     ``rankings_out``: also write each user's whole ranking there, one JSON line each, for replays
     (`app.bench.rankings`).
     ``market_seed`` builds another market of the same tasks (its own cache folder);
-    ``only_kinds`` keeps those kinds of user task (all when empty: a partial run's mean over
-    kinds is not the headline); ``wide_check`` > 0 also ranks every user whose examples reach the
+    ``only_kinds`` keeps those kinds of user task, ``only_tasks`` the users of those tasks (all
+    when empty: a partial run's mean over kinds is not the headline; the market is the same); ``wide_check`` > 0 also ranks every user whose examples reach the
     dock with that many candidates checked whether or not one answers by name."""
     if profile_name not in PROFILES:
         raise ValueError(f"unknown profile {profile_name!r}; known: {sorted(PROFILES)}")
@@ -518,6 +519,9 @@ def run_identification_benchmark(
     default = replace(space.config.recipe, head=head) if head else space.config.recipe
     cache = Cache(cache_dir / (profile.name if market_seed == 0 else f"{profile.name}-market{market_seed}"))
     market = Market(profile, datasets, cache, space, seed=market_seed)
+    unknown_tasks = sorted(set(only_tasks) - set(market.tasks))
+    if unknown_tasks:
+        raise ValueError(f"unknown tasks {unknown_tasks}; this market's: {list(market.tasks)}")
     market.build()
     lws = market.learnwares
 
@@ -540,7 +544,12 @@ def run_identification_benchmark(
     names_of = {lw.id: lw.label_names for lw in lws}
     spec_seconds: list[float] = []
     search_seconds: list[float] = []
-    for task, seed, shots in tqdm(list(_users(market, profile.seeds)), desc="users: cosine rankings"):
+
+    def chosen(task: str) -> bool:
+        return not only_tasks or task in only_tasks
+
+    cosine_users = [u for u in _users(market, profile.seeds) if chosen(u[0])]
+    for task, seed, shots in tqdm(cosine_users, desc="users: cosine rankings"):
         t0 = time.perf_counter()
         user = fit_pave_spec(space, shots.texts, shots.labels, shots.label_names, kind="task", recipe=default)
         spec_seconds.append(time.perf_counter() - t0)
@@ -567,22 +576,30 @@ def run_identification_benchmark(
     here_rows: list[tuple[kinds.User, dict[str, float]]] = []
     wide_rows: list[tuple[kinds.User, dict[str, float]]] = []
     for user in tqdm(
-        list(kinds.users(market, profile.seeds, chosen_kinds)), desc="users: as the service ranks"
+        [u for u in kinds.users(market, profile.seeds, chosen_kinds) if chosen(u.task)],
+        desc="users: as the service ranks",
     ):
         shots = user.shots
         vector = fit_pave_spec(
             space, shots.texts, shots.labels, shots.label_names, kind="task", recipe=default
         ).vector
         checks: dict[int, Any] = {}
+        found: dict[str, Any] = {}
         ranked = kinds.service_ranking(
-            market, user, vector, pave_specs, space, realign_seconds=realign_seconds, checks=checks
+            market,
+            user,
+            vector,
+            pave_specs,
+            space,
+            realign_seconds=realign_seconds,
+            checks=checks,
+            found=found,
         )
         metrics = kinds.measure(market, user, ranked)
         kind_rows.append((user, metrics))
-        if ranking_lines is not None:
-            ranking_lines.write(json.dumps(ranking_record(market, user, ranked)) + "\n")
-            ranking_lines.flush()
+        record = None if ranking_lines is None else ranking_record(market, user, ranked)
         if wide_check and not user.spec_only:
+            # As many checked, named or not; the agreement weighs in on the best five as before.
             ranked_wide = kinds.service_ranking(
                 market,
                 user,
@@ -592,8 +609,15 @@ def run_identification_benchmark(
                 shot_check_k=wide_check,
                 shot_check_k_unnamed=max(wide_check, SHOT_CHECK_K_UNNAMED),
                 checks=checks,
+                agreement_k=SHOT_CHECK_K,
+                found=found,
             )
             wide_rows.append((user, kinds.measure(market, user, ranked_wide)))
+            if record is not None:
+                record["wide"] = wide_record(market, user, ranked_wide, wide_check)
+        if ranking_lines is not None:
+            ranking_lines.write(json.dumps(record) + "\n")
+            ranking_lines.flush()
         here: dict[str, Any] = {}
         if user.spec_only:  # and as `pavedock task --local` shows it, checked on the user's machine
             ranked_here = kinds.service_ranking(
@@ -680,7 +704,8 @@ def run_identification_benchmark(
         + ("" if extras else " --no-extras")
         + (f" --market-seed {market_seed}" if market_seed else "")
         + (f" --wide-check {wide_check}" if wide_check else "")
-        + "".join(f" --kind {k!r}" for k in only_kinds),
+        + "".join(f" --kind {k!r}" for k in only_kinds)
+        + "".join(f" --task {t}" for t in only_tasks),
         "summary": summary,
         **{k: summary[k] for k in summary},
         "beyond": beyond,

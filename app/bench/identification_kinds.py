@@ -293,6 +293,8 @@ def service_ranking(
     realign_seconds: list[tuple[int, float, int]] | None = None,
     checked_here: int = 0,
     checks: dict[int, tuple[LabelMap, ShotScore] | None] | None = None,
+    agreement_k: int | None = None,
+    found: dict[str, list[Candidate]] | None = None,
 ) -> list[Ranked]:
     """The dock's order for this user: tiers and cosine, then the shot check (for a spec-only
     user, the close matches' agreement on their declared inputs instead: `peer_agreement`),
@@ -305,20 +307,26 @@ def service_ranking(
     the same check on the dock's order, copies told apart by the marks the dock puts on them).
 
     ``checks``: the check's results by learnware, kept between calls for the same user (a
-    ranking under another check width runs only the learnwares the first did not)."""
+    ranking under another check width runs only the learnwares the first did not); ``found``
+    likewise keeps the candidates the index and the refits found (refitted once a user).
+    ``agreement_k``: how many checked matches weigh in by their agreement (`checked_peers`;
+    ``shot_check_k`` where None, as the worker does)."""
     from app.ml.identify import rank_specs
 
     names = list(user.shots.label_names)
     pool = {i: v for i, v in specs.items() if i not in user.exclude}
-    found = [
-        Candidate(m.id, m.score, tuple(market.learnwares[m.id].label_names))
-        for m in rank_specs(user_spec, pool)
-    ]
-    if not user.spec_only:  # a spec-only user's examples never reach the dock: nothing to refit
-        found = with_alignment(
-            found, realigned_candidates(market, user, user_spec, pool, space, realign_seconds)
-        )
-    candidates = originals_first(by_tier(found, names), names, pool)
+    memo = {} if found is None else found
+    if "candidates" not in memo:
+        near = [
+            Candidate(m.id, m.score, tuple(market.learnwares[m.id].label_names))
+            for m in rank_specs(user_spec, pool)
+        ]
+        if not user.spec_only:  # a spec-only user's examples never reach the dock: nothing to refit
+            near = with_alignment(
+                near, realigned_candidates(market, user, user_spec, pool, space, realign_seconds)
+            )
+        memo["candidates"] = originals_first(by_tier(near, names), names, pool)
+    candidates = memo["candidates"]
     maps: dict[int, LabelMap | None] = {}
     shots: dict[int, ShotScore | None] = {}
     vectors: dict[int, np.ndarray] = pool
@@ -350,7 +358,7 @@ def service_ranking(
         agreement = peer_agreement(market, candidates, names, vectors, shot_check_k)
         return rank_for_task(candidates, names, agreement=agreement)
     ranked = rank_for_task(candidates, names, maps=maps, shots=shots)
-    peers = checked_peers(ranked, shot_check_k)
+    peers = checked_peers(ranked, shot_check_k if agreement_k is None else agreement_k)
     if not peers:
         return ranked
     return rank_for_task(

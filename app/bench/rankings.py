@@ -13,7 +13,9 @@ rules (`RULES`) and prints each kind's normalised accuracy, oracle agreement and
 the mean over kinds and how many users moved. The base rule, `service`, gives back the recorded
 order, and `replay_metrics` on it gives the run's own figures (the identification page checks
 this on the runs it publishes). A replay moves only what was recorded: a rule that would check
-other matches, or fit the spec otherwise, needs a run.
+other matches, or fit the spec otherwise, needs a run. A run with ``--wide-check K`` also keeps
+each user's ranking with K checked (`wide_record`), so a rule prefixed ``wide:`` (`on_wide`)
+replays a wider check beside the service's, user by user.
 
 Why: ranking rules were chosen on replays of three kinds and then lost on the kinds the replay
 left out (docs/benchmarks/identification.md, "Ties the examples cannot break"). A replay of every
@@ -46,6 +48,10 @@ SHOWN = 25
 PEERS = SHOT_CHECK_K
 """How many checked matches better than chance a record keeps the declared-input answers of."""
 
+WIDE_PEERS = 2 * PEERS
+"""As many for a wide ranking (`wide_record`), on the same pooled inputs: a rule may weigh more
+of a wider check's matches by their agreement than the service's first five."""
+
 Record = dict[str, Any]
 Rule = Callable[[Record], list[dict[str, Any]]]
 
@@ -60,6 +66,46 @@ def ranking_record(market: Market, user: User, ranked: Sequence[Ranked]) -> Reco
         for lw in market.learnwares
         if lw.id not in user.exclude and tier_of(truth, lw.label_names) == Tier.BY_NAME
     ]
+    own = {lw.variant: lw.id for lw in market.learnwares if lw.task == user.task}
+    return {
+        "kind": user.kind,
+        "task": user.task,
+        "seed": user.seed,
+        "n_labels": len(user.shots.label_names),
+        "n_examples": len(user.shots.texts),
+        "oracle_by_name": max(serving) if serving else None,
+        "good": own.get("good"),
+        "corrupted": own.get("corrupted"),
+        "ranked": _rows(market, user, ranked),
+        "peer_answers": _peer_answers(market, ranked, PEERS),
+    }
+
+
+def wide_record(market: Market, user: User, ranked: Sequence[Ranked], check: int) -> dict[str, Any]:
+    """The same user ranked with ``check`` candidates checked, named or not (`bench identify
+    --wide-check`): its matches, and the declared-input answers of its first `WIDE_PEERS` checked
+    matches better than chance (a replay weighs the first `PEERS` of them: `peer_kappas`). Kept
+    under the user's record as ``wide``; `wide_view` replays it."""
+    return {
+        "check": check,
+        "ranked": _rows(market, user, ranked),
+        "peer_answers": _peer_answers(market, ranked, WIDE_PEERS),
+    }
+
+
+def wide_view(record: Record) -> Record | None:
+    """The user's record with its wide ranking (`wide_record`) in place of the service's; None
+    where the run kept none (a spec-only user, or a run without ``--wide-check``)."""
+    wide = record.get("wide")
+    if wide is None:
+        return None
+    return {**record, "ranked": wide["ranked"], "peer_answers": wide["peer_answers"]}
+
+
+def _rows(market: Market, user: User, ranked: Sequence[Ranked]) -> list[dict[str, Any]]:
+    """Each match as a replay reads it: the first `SHOWN`, and every checked one, in full."""
+    from app.bench.identification_kinds import user_accuracy
+
     rows: list[dict[str, Any]] = []
     for position, r in enumerate(ranked):
         if position >= SHOWN and not r.checked:
@@ -87,27 +133,23 @@ def ranking_record(market: Market, user: User, ranked: Sequence[Ranked]) -> Reco
                 },
             }
         )
-    peers = [r for r in ranked if r.checked and r.beats_chance and r.label_map is not None][:PEERS]
+    return rows
+
+
+def _peer_answers(market: Market, ranked: Sequence[Ranked], count: int) -> dict[str, list[int]]:
+    """The answers, through their maps, of the first ``count`` checked matches better than chance
+    on the pooled declared inputs of the first `PEERS` of them (what the service pools), by id;
+    {} with fewer than `MIN_PEERS`."""
+    peers = [r for r in ranked if r.checked and r.beats_chance and r.label_map is not None][:count]
+    if len(peers) < MIN_PEERS:
+        return {}
+    texts = pooled_inputs([market.learnwares[r.id].inputs for r in peers[:PEERS]])
     answered: dict[str, list[int]] = {}
-    if len(peers) >= MIN_PEERS:
-        texts = pooled_inputs([market.learnwares[r.id].inputs for r in peers])
-        for r in peers:
-            assert r.label_map is not None
-            predicted = market.predict_declared(market.learnwares[r.id], texts)
-            answered[str(r.id)] = mapped_answers(predicted.labels, predicted.probs, r.label_map).tolist()
-    own = {lw.variant: lw.id for lw in market.learnwares if lw.task == user.task}
-    return {
-        "kind": user.kind,
-        "task": user.task,
-        "seed": user.seed,
-        "n_labels": len(user.shots.label_names),
-        "n_examples": len(user.shots.texts),
-        "oracle_by_name": max(serving) if serving else None,
-        "good": own.get("good"),
-        "corrupted": own.get("corrupted"),
-        "ranked": rows,
-        "peer_answers": answered,
-    }
+    for r in peers:
+        assert r.label_map is not None
+        predicted = market.predict_declared(market.learnwares[r.id], texts)
+        answered[str(r.id)] = mapped_answers(predicted.labels, predicted.probs, r.label_map).tolist()
+    return answered
 
 
 def read_records(paths: Iterable[Path]) -> list[Record]:
@@ -137,9 +179,13 @@ def replay_metrics(record: Record, order: Sequence[dict[str, Any]]) -> tuple[flo
     return accuracy / oracle, float(accuracy >= oracle - 0.01), quality
 
 
-def peer_kappas(record: Record) -> dict[int, float]:
-    """Each recorded peer's mean κ with the others (`app.ml.agreement.agreement_scores`)."""
+def peer_kappas(record: Record, ids: Iterable[int] | None = None) -> dict[int, float]:
+    """Each recorded peer's mean κ with the others (`app.ml.agreement.agreement_scores`), among
+    the peers of ``ids`` only where given."""
     answered = {int(i): np.asarray(a, dtype=np.int64) for i, a in record["peer_answers"].items()}
+    if ids is not None:
+        keep = set(ids)
+        answered = {i: a for i, a in answered.items() if i in keep}
     return agreement_scores(answered, int(record["n_labels"]))
 
 
@@ -152,7 +198,7 @@ def _weighable(record: Record) -> tuple[list[dict[str, Any]], Callable[[dict[str
     without a κ at the others' mean), as the service weighs them; None where it does not (fewer
     than `MIN_PEERS` checked, or the best not first)."""
     checked = _better_than_chance(record)
-    kappas = peer_kappas(record)
+    kappas = peer_kappas(record, [row["id"] for row in checked[:PEERS]])
     if len(checked) < 2 or not kappas or checked[0] is not record["ranked"][0]:
         return None
     neutral = float(np.mean(list(kappas.values())))
@@ -240,13 +286,29 @@ RULES: dict[str, Rule] = {
 """The rules a replay knows by name; `rule_named` also takes ``weighed:`` rules."""
 
 
+def on_wide(rule: Rule) -> Rule:
+    """``rule`` on the user's wide ranking (`wide_view`) where the run kept one, on the service's
+    where it did not (spec-only users, whose examples never reach the dock: no check to widen).
+    So ``wide:service`` beside ``service`` is the wider check against the service's, user by user."""
+
+    def wide(record: Record) -> list[dict[str, Any]]:
+        view = wide_view(record)
+        return rule(record if view is None else view)
+
+    return wide
+
+
 def rule_named(name: str) -> Rule:
     """A rule of `RULES`, or ``weighed:FEATURE=WEIGHT,…`` (`weighed`; shot score 1 unless named),
-    e.g. ``weighed:κ=0.8,cosine=0.2``."""
+    e.g. ``weighed:κ=0.8,cosine=0.2``, or either prefixed ``wide:`` (`on_wide`)."""
+    if name.startswith("wide:"):
+        return on_wide(rule_named(name.removeprefix("wide:")))
     if name in RULES:
         return RULES[name]
     if not name.startswith("weighed:"):
-        raise KeyError(f"unknown rule {name!r}; known: {list(RULES)} or weighed:FEATURE=WEIGHT,...")
+        raise KeyError(
+            f"unknown rule {name!r}; known: {list(RULES)}, weighed:FEATURE=WEIGHT,... or wide:RULE"
+        )
     weights = {"shot score": 1.0}
     for part in name.removeprefix("weighed:").split(","):
         feature, sep, value = part.partition("=")
@@ -308,11 +370,12 @@ def oracle_miss(record: Record, order: Sequence[dict[str, Any]]) -> str | None:
     """Where the first learnware as good as the user's oracle (within a point) stood in ``order``
     when the top match is not one (one of `MISSES`); None where the top is one, or where there is
     no oracle by name. What a better rule could reach: a reordering of the first `PEERS` checked
-    matches reaches only the first kind of miss."""
+    matches (in ``order``) reaches only the first kind of miss."""
     if replay_metrics(record, order)[1] != 0.0:  # the top is the oracle, or there is none
         return None
     oracle = max(float(record["oracle_by_name"]), float(order[0].get("accuracy", 0.0)))
-    checked = [row["id"] for row in _better_than_chance(record)]
+    # The checked matches as ``order`` has them: a rule that reads the wide ranking checked more.
+    checked = [row["id"] for row in order if row.get("checked") and row.get("beats_chance")]
     for row in order:
         if float(row.get("accuracy", 0.0)) >= oracle - 0.01:
             if row["id"] in checked[:PEERS]:

@@ -102,6 +102,13 @@ def bench_identify(
             "mean over kinds needs)"
         ),
     ] = None,
+    task: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="only the users of this task (repeat for more; the market is the same: a partial "
+            "run, for rankings to replay)"
+        ),
+    ] = None,
     wide_check: Annotated[
         int,
         typer.Option(
@@ -129,6 +136,7 @@ def bench_identify(
         extras=extras,
         market_seed=market_seed,
         only_kinds=tuple(kind or ()),
+        only_tasks=tuple(task or ()),
         wide_check=wide_check,
         rankings_out=rankings,
     )
@@ -158,13 +166,26 @@ def bench_identify_replay(
             help="only the users of this task (repeat for more): markets compared on the same tasks"
         ),
     ] = None,
+    wide: Annotated[
+        bool,
+        typer.Option(
+            help="replay the rankings a `--wide-check` run kept (every user with that many checked) "
+            "instead of the service's"
+        ),
+    ] = False,
 ) -> None:
     """Each kind's figures with every user's recorded matches reordered by other rules: what a
     rule that reorders the checked matches would have given, in seconds (trains and runs nothing;
     `app.bench.rankings`)."""
-    from app.bench.rankings import fitted_weights, read_records, replay_table, rule_named
+    from app.bench.rankings import fitted_weights, read_records, replay_table, rule_named, wide_view
 
     records = read_records(rankings)
+    if wide:
+        records = [view for r in records if (view := wide_view(r)) is not None]
+        if not records:
+            raise typer.BadParameter(
+                "these records keep no wide ranking (run `bench identify --wide-check K`)"
+            )
     if task:
         records = [r for r in records if r["task"] in task]
         if not records:

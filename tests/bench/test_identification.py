@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from app.bench.identification import METHODS, run_identification_benchmark
-from app.bench.rankings import RULES, read_records, replay, replay_metrics, replay_table, service
+from app.bench.rankings import RULES, read_records, replay, replay_metrics, replay_table, service, wide_view
 
 pytestmark = pytest.mark.real_model
 
@@ -117,6 +117,19 @@ def test_smoke_profile_writes_every_key_the_issue_asks_for(datasets_dir: Path, t
                 key,
             )
         assert record["ranked"][0]["key"] == user["top1"]
+    # The wider check's rankings are kept beside the service's, and replayed the same way: each
+    # user's wide figures back from the wide ranking's own order.
+    wide_users = [(record, wide_view(record)) for record in records if record["kind"] != "spec only"]
+    assert wide_users and all(view is not None for _, view in wide_users)
+    assert all("wide" not in record for record in records if record["kind"] == "spec only")
+    for record, view in wide_users:
+        assert view is not None and record["wide"]["check"] == 20
+        assert sum(row.get("checked", False) for row in view["ranked"]) >= sum(
+            row.get("checked", False) for row in record["ranked"]
+        )
+    wide_views = [view for _, view in wide_users if view is not None]
+    wide_mean = replay(wide_views, service)["mean over kinds"]["normalized_accuracy"]
+    assert wide_mean == pytest.approx(wide["kinds"]["mean over kinds"]["normalized_accuracy"])
     table = replay_table(records, ["service", "agreement-added-1", "best-checked (hindsight)"])
     assert "| **mean over kinds** |" in table and "| same names |" in table
     service_mean = replay(records, service)["mean over kinds"]["normalized_accuracy"]
@@ -191,3 +204,13 @@ def test_a_run_of_some_kinds_names_known_ones(tmp_path: Path) -> None:
             "smoke", tmp_path / "out.json", tmp_path, tmp_path / "cache", only_kinds=("codes", "code")
         )
     assert not (tmp_path / "cache").exists()
+
+
+def test_a_run_of_some_tasks_names_the_market_s_own(datasets_dir: Path, tmp_path: Path) -> None:
+    """`--task` keeps the users of some tasks (a partial run, for rankings to replay); a task the
+    market does not have is refused before a learnware is trained."""
+    with pytest.raises(ValueError, match=r"unknown tasks \['sst3'\]"):
+        run_identification_benchmark(
+            "smoke", tmp_path / "out.json", datasets_dir, tmp_path / "cache", only_tasks=("sst2", "sst3")
+        )
+    assert not [path for path in (tmp_path / "cache").rglob("*") if path.is_file()]

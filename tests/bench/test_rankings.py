@@ -24,6 +24,7 @@ from app.bench.rankings import (
     replay_table,
     rule_named,
     service,
+    wide_view,
 )
 from app.cli.main import app
 
@@ -177,3 +178,48 @@ def test_fitted_weights_find_what_separates_the_better_matches() -> None:
         fitted_weights(records, ["shot score", "height"])
     with pytest.raises(ValueError, match="no user"):
         fitted_weights([_record()], ["shot score", "κ"])
+
+
+def test_kappas_among_the_first_checked_only_where_more_peers_were_recorded() -> None:
+    # A wide record keeps a fourth peer's answers; the rule weighs the first five checked, so a
+    # peer outside them does not move the others' kappas.
+    four = {**AGREEING, "5": [1, 1, 1, 1, 1, 0, 0, 0, 0, 0]}
+    record = _record(**four)
+    assert peer_kappas(record, [1, 2, 3]) == peer_kappas(_record(**AGREEING))
+    assert peer_kappas(record) != peer_kappas(_record(**AGREEING))
+
+
+def test_a_wide_ranking_replays_in_place_of_the_service_s(tmp_path: Path) -> None:
+    """`bench identify --wide-check` keeps each user's wider ranking under ``wide``; the replay
+    reads it as the user's ranking, and leaves out the users with none (spec only)."""
+    narrow = _record()  # the weak twin first, only three checked and no peers' answers
+    wide = _record(**AGREEING)
+    record = {**narrow, "wide": {"check": 20, "ranked": wide["ranked"], "peer_answers": wide["peer_answers"]}}
+    view = wide_view(record)
+    assert view is not None and view["ranked"] == wide["ranked"] and view["peer_answers"] == AGREEING
+    assert wide_view(narrow) is None
+    path = tmp_path / "rankings.jsonl"
+    path.write_text(json.dumps(record) + "\n" + json.dumps({**narrow, "kind": "spec only"}) + "\n")
+    shown = CliRunner().invoke(
+        app,
+        ["bench", "identify-replay", str(path), "--wide", "--rule", "service", "--rule", "agreement-added-1"],
+    )
+    assert shown.exit_code == 0, shown.output
+    assert (
+        "| **mean over kinds** | 1 |" in shown.output
+        and "| users moved (better, worse) | | 0 (0, 0) | 1 (1, 0) |" in shown.output
+    )
+    # Beside the service's, user by user: the wide ranking's top where it has one.
+    paired = CliRunner().invoke(
+        app, ["bench", "identify-replay", str(path), "--rule", "service", "--rule", "wide:agreement-added-1"]
+    )
+    assert paired.exit_code == 0, paired.output
+    assert (
+        "| **mean over kinds** | 2 |" in paired.output
+        and "| users moved (better, worse) | | 0 (0, 0) | 1 (1, 0) |" in paired.output
+    )
+    assert rule_named("wide:service")(narrow) == service(narrow)
+    none = tmp_path / "narrow.jsonl"
+    none.write_text(json.dumps(narrow) + "\n")
+    refused = CliRunner().invoke(app, ["bench", "identify-replay", str(none), "--wide"])
+    assert refused.exit_code != 0 and "no wide ranking" in refused.output

@@ -193,16 +193,18 @@ def _better_than_chance(record: Record) -> list[dict[str, Any]]:
     return [row for row in record["ranked"] if row.get("checked") and row.get("beats_chance")]
 
 
-def _weighable(record: Record) -> tuple[list[dict[str, Any]], Callable[[dict[str, Any]], float]] | None:
+def _weighable(
+    record: Record, peers: int = PEERS
+) -> tuple[list[dict[str, Any]], Callable[[dict[str, Any]], float]] | None:
     """The first `PEERS` checked matches better than chance and each one's κ among them (one
     without a κ at the others' mean), as the service weighs them; None where it does not (fewer
     than `MIN_PEERS` checked, or the best not first)."""
     checked = _better_than_chance(record)
-    kappas = peer_kappas(record, [row["id"] for row in checked[:PEERS]])
+    kappas = peer_kappas(record, [row["id"] for row in checked[:peers]])
     if len(checked) < 2 or not kappas or checked[0] is not record["ranked"][0]:
         return None
     neutral = float(np.mean(list(kappas.values())))
-    return checked[:PEERS], lambda row: kappas.get(row["id"], neutral)
+    return checked[:peers], lambda row: kappas.get(row["id"], neutral)
 
 
 def service(record: Record) -> list[dict[str, Any]]:
@@ -220,8 +222,8 @@ FEATURES: dict[str, Callable[[dict[str, Any], float], float]] = {
 """What `fitted_weights` weighs: of one of the first checked matches, with its κ among them."""
 
 
-def weighed(weights: Mapping[str, float]) -> Rule:
-    """The first `PEERS` checked matches better than chance by the weighed sum of their
+def weighed(weights: Mapping[str, float], peers: int = PEERS) -> Rule:
+    """The first ``peers`` checked matches better than chance by the weighed sum of their
     ``weights``' `FEATURES` (one without a κ at the others' mean); the rest as recorded. Unchanged
     where fewer than `MIN_PEERS` were checked (no κ) or the best is not first."""
     unknown = [name for name in weights if name not in FEATURES]
@@ -229,7 +231,7 @@ def weighed(weights: Mapping[str, float]) -> Rule:
         raise KeyError(f"unknown features {unknown}; known: {list(FEATURES)}")
 
     def rule(record: Record) -> list[dict[str, Any]]:
-        weighable = _weighable(record)
+        weighable = _weighable(record, peers)
         if weighable is None:
             return service(record)
         head, kappa_of = weighable
@@ -244,10 +246,11 @@ def weighed(weights: Mapping[str, float]) -> Rule:
     return rule
 
 
-def agreement_added(weight: float = 1.0) -> Rule:
-    """The first `PEERS` checked matches better than chance by their shot score plus ``weight`` ×
-    their κ with one another (the service's rule, `ranking.weighed_by_agreement`)."""
-    return weighed({"shot score": 1.0, "κ": weight})
+def agreement_added(weight: float = 1.0, peers: int = PEERS) -> Rule:
+    """The first ``peers`` checked matches better than chance by their shot score plus ``weight``
+    × their κ with one another (the service's rule, `ranking.weighed_by_agreement`, with
+    `PEERS`; more only where the record kept their answers: a wide ranking's `WIDE_PEERS`)."""
+    return weighed({"shot score": 1.0, "κ": weight}, peers)
 
 
 def shot_key(key: Callable[[dict[str, Any]], float]) -> Rule:
@@ -280,6 +283,7 @@ RULES: dict[str, Rule] = {
     "agreement-added-0.5": agreement_added(0.5),
     "agreement-added-1": agreement_added(1.0),
     "agreement-added-2": agreement_added(2.0),
+    "agreement-added-1, ten peers": agreement_added(1.0, WIDE_PEERS),
     "mean-probability": shot_key(lambda s: s["confidence"] * math.exp(-s["map_cost"])),
     "best-checked (hindsight)": best_checked,
 }

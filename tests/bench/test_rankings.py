@@ -189,6 +189,22 @@ def test_kappas_among_the_first_checked_only_where_more_peers_were_recorded() ->
     assert peer_kappas(record) != peer_kappas(_record(**AGREEING))
 
 
+def test_more_peers_weigh_in_only_where_their_answers_were_kept() -> None:
+    """A wide record keeps ten peers' answers: a rule may weigh them all. With six checked, the
+    sixth (last on the examples, but borne out by the good ones) is weighed by the ten-peer rule
+    only."""
+    agreeing = AGREEING["2"]
+    answers = {**AGREEING, "5": agreeing, "6": agreeing, "7": [1, 0, 1, 0, 1, 0, 1, 0, 1, 0]}
+    record = _record(**answers)
+    checked = [_row(5, 0.85, -0.62), _row(7, 0.55, -0.63), _row(6, 0.92, -0.64)]
+    record["ranked"] = [*record["ranked"][:3], *checked, record["ranked"][3]]
+    five = [row["id"] for row in agreement_added(1.0)(record)]
+    ten = [row["id"] for row in RULES["agreement-added-1, ten peers"](record)]
+    assert five.index(6) == 5 and five[-1] == 4  # outside the first five: where it was
+    assert ten.index(6) < 5 and ten[-1] == 4
+    assert peer_kappas(record, [1, 2, 3, 5, 7]) != peer_kappas(record)
+
+
 def test_a_wide_ranking_replays_in_place_of_the_service_s(tmp_path: Path) -> None:
     """`bench identify --wide-check` keeps each user's wider ranking under ``wide``; the replay
     reads it as the user's ranking, and leaves out the users with none (spec only)."""

@@ -61,11 +61,11 @@ def ranking_record(market: Market, user: User, ranked: Sequence[Ranked]) -> Reco
     from app.bench.identification_kinds import true_names, user_accuracy
 
     truth = true_names(market, user)
-    serving = [
-        user_accuracy(market, user, lw.id, map_by_name(truth, lw.label_names))
+    serving = {
+        lw.id: user_accuracy(market, user, lw.id, map_by_name(truth, lw.label_names))
         for lw in market.learnwares
         if lw.id not in user.exclude and tier_of(truth, lw.label_names) == Tier.BY_NAME
-    ]
+    }
     own = {lw.variant: lw.id for lw in market.learnwares if lw.task == user.task}
     return {
         "kind": user.kind,
@@ -73,7 +73,8 @@ def ranking_record(market: Market, user: User, ranked: Sequence[Ranked]) -> Reco
         "seed": user.seed,
         "n_labels": len(user.shots.label_names),
         "n_examples": len(user.shots.texts),
-        "oracle_by_name": max(serving) if serving else None,
+        "oracle_by_name": max(serving.values()) if serving else None,
+        "oracle_id": max(serving, key=lambda i: serving[i]) if serving else None,
         "good": own.get("good"),
         "corrupted": own.get("corrupted"),
         "ranked": _rows(market, user, ranked),
@@ -366,13 +367,21 @@ def fitted_weights(records: Sequence[Record], features: Sequence[str] = tuple(FE
     return {"pairs": len(diffs), "weights": {f: float(v / scale) for f, v in zip(features, w, strict=True)}}
 
 
-MISSES = ("in the first checked", "checked further down", "checked, no better than chance", "not checked")
-"""Where the best learnware stood for a user whose top match is not it (`oracle_miss`)."""
+MISSES = (
+    "in the first checked",
+    "checked further down",
+    "checked, no better than chance",
+    "not checked",
+    "first, through another map",
+)
+"""Where the best learnware stood for a user whose top match is not it (`oracle_miss`); the last:
+it is first, but the map chosen for it answers worse than the true one (codes, renamings)."""
 
 
 def oracle_miss(record: Record, order: Sequence[dict[str, Any]]) -> str | None:
     """Where the first learnware as good as the user's oracle (within a point) stood in ``order``
-    when the top match is not one (one of `MISSES`); None where the top is one, or where there is
+    when the top match is not one (one of `MISSES`; where none is, the oracle's own learnware,
+    answering through another map); None where the top is one, or where there is
     no oracle by name. What a better rule could reach: a reordering of the first `PEERS` checked
     matches (in ``order``) reaches only the first kind of miss."""
     if replay_metrics(record, order)[1] != 0.0:  # the top is the oracle, or there is none
@@ -380,14 +389,23 @@ def oracle_miss(record: Record, order: Sequence[dict[str, Any]]) -> str | None:
     oracle = max(float(record["oracle_by_name"]), float(order[0].get("accuracy", 0.0)))
     # The checked matches as ``order`` has them: a rule that reads the wide ranking checked more.
     checked = [row["id"] for row in order if row.get("checked") and row.get("beats_chance")]
-    for row in order:
-        if float(row.get("accuracy", 0.0)) >= oracle - 0.01:
-            if row["id"] in checked[:PEERS]:
-                return MISSES[0]
-            if row["id"] in checked:
-                return MISSES[1]
-            return MISSES[2] if row.get("checked") else MISSES[3]
-    return MISSES[3]  # beyond the recorded matches: never checked
+    reaching = [row for row in order if float(row.get("accuracy", 0.0)) >= oracle - 0.01]
+    # No match reaches it through the map chosen for it: where the oracle's own learnware stands
+    # (records since 2026-12-07 name it; before, such a user counts as never checked).
+    best = (
+        reaching[0]
+        if reaching
+        else next((row for row in order if row["id"] == record.get("oracle_id")), None)
+    )
+    if best is None:
+        return MISSES[3]  # beyond the recorded matches: never checked
+    if best is order[0]:
+        return MISSES[4]
+    if best["id"] in checked[:PEERS]:
+        return MISSES[0]
+    if best["id"] in checked:
+        return MISSES[1]
+    return MISSES[2] if best.get("checked") else MISSES[3]
 
 
 def replay(records: Sequence[Record], rule: Rule) -> dict[str, Any]:

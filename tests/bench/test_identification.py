@@ -117,6 +117,7 @@ def test_smoke_profile_writes_every_key_the_issue_asks_for(datasets_dir: Path, t
                 key,
             )
         assert record["ranked"][0]["key"] == user["top1"]
+        assert (record["oracle_id"] is None) == (record["oracle_by_name"] is None)
     # The wider check's rankings are kept beside the service's, and replayed the same way: each
     # user's wide figures back from the wide ranking's own order.
     wide_users = [(record, wide_view(record)) for record in records if record["kind"] != "spec only"]

@@ -149,11 +149,19 @@ def test_a_miss_says_where_the_best_learnware_stood() -> None:
     unchecked_best["ranked"] = [*record["ranked"][:3], {**record["ranked"][3], "accuracy": 0.95}]
     assert oracle_miss(unchecked_best, service(unchecked_best)) == "not checked"
     assert oracle_miss({**record, "oracle_by_name": None}, service(record)) is None
-    assert replay([record, unchecked_best], service)["oracle misses"] == {
+    # The best learnware by name first, but read through a map the examples chose that answers
+    # worse (0.60 of its 0.95 by the true names): no match reaches the oracle, and the record
+    # names the oracle's learnware. A record without that name counts it never checked.
+    mapped = {**record, "oracle_by_name": 0.95, "oracle_id": 1}
+    assert oracle_miss(mapped, service(mapped)) == "first, through another map"
+    assert oracle_miss({**mapped, "oracle_id": 3}, service(mapped)) == "in the first checked"
+    assert oracle_miss({**record, "oracle_by_name": 0.95}, service(record)) == "not checked"
+    assert replay([record, unchecked_best, mapped], service)["oracle misses"] == {
         "in the first checked": 1,
         "checked further down": 0,
         "checked, no better than chance": 0,
         "not checked": 1,
+        "first, through another map": 1,
     }
 
 

@@ -505,8 +505,9 @@ def run_identification_benchmark(
     (`app.bench.rankings`).
     ``market_seed`` builds another market of the same tasks (its own cache folder);
     ``only_kinds`` keeps those kinds of user task, ``only_tasks`` the users of those tasks (all
-    when empty: a partial run's mean over kinds is not the headline; the market is the same); ``wide_check`` > 0 also ranks every user whose examples reach the
-    dock with that many candidates checked whether or not one answers by name."""
+    when empty: a partial run's mean over kinds is not the headline; the market is the same);
+    ``wide_check`` > 0 also ranks every user whose examples reach the dock with that many
+    candidates checked whether or not one answers by name (kept in the rankings as ``wide``)."""
     if profile_name not in PROFILES:
         raise ValueError(f"unknown profile {profile_name!r}; known: {sorted(PROFILES)}")
     unknown = sorted(set(only_kinds) - set(kinds.KINDS))

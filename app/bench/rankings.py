@@ -197,8 +197,8 @@ def _better_than_chance(record: Record) -> list[dict[str, Any]]:
 def _weighable(
     record: Record, peers: int = PEERS
 ) -> tuple[list[dict[str, Any]], Callable[[dict[str, Any]], float]] | None:
-    """The first `PEERS` checked matches better than chance and each one's κ among them (one
-    without a κ at the others' mean), as the service weighs them; None where it does not (fewer
+    """The first ``peers`` checked matches better than chance and each one's κ among them (one
+    without a κ at the others' mean), as the service weighs them (``peers`` = `PEERS`); None where it does not (fewer
     than `MIN_PEERS` checked, or the best not first)."""
     checked = _better_than_chance(record)
     kappas = peer_kappas(record, [row["id"] for row in checked[:peers]])

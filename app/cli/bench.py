@@ -166,6 +166,14 @@ def bench_identify_replay(
             help="only the users of this task (repeat for more): markets compared on the same tasks"
         ),
     ] = None,
+    kind: Annotated[
+        list[str] | None,
+        typer.Option(help="only the users of this kind of task (repeat for more), e.g. all but 'spec only'"),
+    ] = None,
+    skip_kind: Annotated[
+        list[str] | None,
+        typer.Option(help="leave out the users of this kind (repeat), e.g. 'spec only': users with examples"),
+    ] = None,
     wide: Annotated[
         bool,
         typer.Option(
@@ -190,6 +198,12 @@ def bench_identify_replay(
         records = [r for r in records if r["task"] in task]
         if not records:
             raise typer.BadParameter(f"no user of the tasks {task} in these records")
+    if kind or skip_kind:
+        records = [
+            r for r in records if (not kind or r["kind"] in kind) and r["kind"] not in (skip_kind or ())
+        ]
+        if not records:
+            raise typer.BadParameter("no user of those kinds in these records")
     if fit:
         try:
             fitted = fitted_weights(records, fit)

@@ -130,6 +130,14 @@ def test_a_replay_counts_each_kind_and_the_users_it_moves(tmp_path: Path) -> Non
     assert "| **mean over kinds** | 3 |" in shown.output
     one_task = CliRunner().invoke(app, ["bench", "identify-replay", str(path), "--task", "sst2"])
     assert one_task.exit_code == 0 and "| **mean over kinds** | 3 |" in one_task.output
+    no_spec_only = CliRunner().invoke(
+        app, ["bench", "identify-replay", str(path), "--skip-kind", "4 shots", "--rule", "service"]
+    )
+    assert no_spec_only.exit_code == 0 and "| **mean over kinds** | 2 |" in no_spec_only.output
+    four = CliRunner().invoke(app, ["bench", "identify-replay", str(path), "--kind", "4 shots"])
+    assert four.exit_code == 0 and "| **mean over kinds** | 1 |" in four.output
+    none = CliRunner().invoke(app, ["bench", "identify-replay", str(path), "--kind", "codes"])
+    assert none.exit_code != 0 and "no user of those kinds" in none.output
     no_task = CliRunner().invoke(app, ["bench", "identify-replay", str(path), "--task", "cola"])
     assert no_task.exit_code != 0 and "no user of the tasks" in no_task.output
     refused = CliRunner().invoke(app, ["bench", "identify-replay", str(path), "--rule", "nope"])

@@ -981,8 +981,9 @@ def _wide_check_lines(result: dict[str, Any]) -> list[str]:
         "",
         f"The same users as above (spec-only users left out: the dock runs nothing for them), with "
         f"{wide['k']} candidates checked on the examples whether or not one answers the user's "
-        f"labels by name (the service checks {SHOT_CHECK_K} when one does); both means over "
-        "these kinds.",
+        f"labels by name (the service checks {SHOT_CHECK_K} when one does), the first "
+        f"{SHOT_CHECK_K} better than chance weighed by their agreement as the service weighs its "
+        "own (`ranking.weighed_by_agreement`); both means over these kinds.",
         "",
         md_table(
             ["kind of user task", "users", "normalised accuracy", "oracle agreement@1", "quality filter"],

@@ -177,8 +177,10 @@ def held_out_score(
     (more so the more classes the model has to pick from: a six-class model restricted to two
     fits 16 sentiment examples by luck), so each example is scored under the map chosen on the
     others (leave-one-out), and the score carries the map's `map_cost` (under the names' reading
-    ``log_prior`` where they have one: `names_log_prior`, or as exceptions to the codes' reading
-    ``order`` where that is shorter: `reading_nats`); the map shown is the one chosen on all of
+    ``log_prior`` where they have one: `names_log_prior`, or as exceptions to the numbering of
+    the codes ``order`` the map was weighed against where that is shorter: `reading_nats`, plus
+    what naming that numbering costs, `best_numbering`; each held-out example's map picks its
+    own numbering); the map shown is the one chosen on all of
     them. The cost counts the labels with examples only, as `_reading_is_shorter` does: where the
     others go is not what the examples are told with, and they do not pay for it (64 examples of
     64 of 77 intents name their classes in log(77! / 13!) nats, 3.7 per example, not log 77!).
@@ -222,9 +224,10 @@ def held_out_score(
     seen = np.unique(labels)
     names_nats = None if log_prior is None else names_map_nats(label_map, log_prior)
     paid = None if log_prior is None else names_map_nats(label_map, log_prior, seen)
-    if order is not None and label_map.numbers_follow is not None:
+    if label_map.numbering is not None:
         kept = np.asarray(label_map.model_class, dtype=np.int64)[seen]
-        paid = reading_nats(kept, np.asarray(order, dtype=np.int64)[seen], n_model)
+        numbering = label_map.numbering
+        paid = reading_nats(kept, np.asarray(numbering.order, dtype=np.int64)[seen], n_model) + numbering.nats
     return replace(
         scored,
         map_cost=map_cost(len(seen), n_model, len(labels), paid),

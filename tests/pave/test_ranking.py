@@ -13,6 +13,7 @@ from app.ml.label_maps import (
     LabelMap,
     Tier,
     answers,
+    best_numbering,
     choose_label_map,
     code_order,
     examples_may_map,
@@ -771,8 +772,8 @@ def test_the_codes_reading_places_labels_the_examples_cannot() -> None:
 
 def test_examples_overrule_the_reading_label_by_label_or_drop_it() -> None:
     """Where a sure model answers one label as another class on each of its examples, that label
-    leaves its number and the rest keep theirs. Codes numbered some other way (shifted round by
-    five) are no reading at all: the examples' own map stands, priced as any map."""
+    leaves its number and the rest keep theirs. Codes numbered in no order the examples bear out
+    (scrambled) are no reading at all: the examples' own map stands, priced as any map."""
     n, user = 20, [str(i) for i in range(20)]
     model = [f"intent {i}" for i in range(20)]
     seen = np.arange(0, 20, 2)
@@ -789,13 +790,13 @@ def test_examples_overrule_the_reading_label_by_label_or_drop_it() -> None:
     # has none, moves too, but its place is not evidence and costs nothing).
     exceptions = math.log(len(seen) + 1) + math.log(len(seen)) + math.log(n - 1)
     assert score.map_cost == pytest.approx((exceptions + math.log(2)) / len(labels))
-    shifted = (np.arange(n) + 5) % n
-    predicted, probs, labels = _intents(shifted, seen, 3)
+    scrambled = np.random.default_rng(5).permutation(n)
+    predicted, probs, labels = _intents(scrambled, seen, 3)
     checked = check_on_examples(user, model, predicted, probs, labels, similarity=None, temperature=0.05)
     assert checked is not None
     label_map, score = checked
     assert not label_map.numbers_hold
-    assert all(label_map.model_class[u] == shifted[u] for u in seen)  # the examples place what they see
+    assert all(label_map.model_class[u] == scrambled[u] for u in seen)  # the examples place what they see
     assert score.accuracy == 1.0  # three examples a label: the other two place the held-out one
     ten_of_twenty = math.lgamma(n + 1) - math.lgamma(n - len(seen) + 1)  # the ten labels with examples
     assert score.map_cost == pytest.approx((ten_of_twenty + math.log(2)) / len(labels))
@@ -807,6 +808,42 @@ def test_examples_overrule_the_reading_label_by_label_or_drop_it() -> None:
         ["0", "1"], ["ham", "spam"], 1 - binary, None, binary, similarity=None, temperature=0.05
     )
     assert flipped is not None and flipped[0].model_class == (1, 0) and flipped[1].accuracy == 1.0
+
+
+def test_codes_counted_from_another_class_are_read_so_where_the_examples_bear_it_out() -> None:
+    """A user's codes numbered from another of the model's classes (shifted round by five), or
+    backwards: the examples of ten of twenty labels bear that numbering out, so it places the
+    ten labels without examples too, which the examples alone cannot; it is paid for as the
+    codes' own reading is, plus what naming it among the 39 other numberings costs."""
+    n, user = 20, [str(i) for i in range(20)]
+    model = [f"intent {i}" for i in range(20)]
+    seen = np.arange(0, 20, 2)
+    for truth, reversed_ in (((np.arange(n) + 5) % n, False), ((n - 1 - np.arange(n) + 3) % n, True)):
+        predicted, probs, labels = _intents(truth, seen, 3)
+        checked = check_on_examples(user, model, predicted, probs, labels, similarity=None, temperature=0.05)
+        assert checked is not None
+        label_map, score = checked
+        assert label_map.numbers_hold and label_map.model_class == tuple(int(j) for j in truth)
+        assert label_map.numbering is not None and label_map.numbering.reversed == reversed_
+        assert label_map.numbering.nats == pytest.approx(math.log(2 * n - 1))
+        assert score.accuracy == 1.0
+        kept = math.log(len(seen) + 1)  # no label with examples leaves the numbering
+        assert score.map_cost == pytest.approx((kept + math.log(2 * n - 1) + math.log(2)) / len(labels))
+        text = label_map.describe(user, model)
+        assert (
+            "your codes read as its class numbers counted " + ("backwards" if reversed_ else "in order")
+            in text
+        )
+        assert "20 of your 20 labels are where their numbers put them" in text
+    # The codes' own numbering is not given up for another that fits a weak model's lucky answers
+    # a little better: another costs log 39 nats to name.
+    own = np.arange(n)
+    predicted, probs, labels = _intents(own, seen, 1, sure=0.2)
+    predicted[0], probs[0] = 7, np.roll(probs[0], 7)  # one answer fits "shifted by seven"
+    checked = check_on_examples(user, model, predicted, probs, labels, similarity=None, temperature=0.05)
+    assert checked is not None and checked[0].numbering is not None and checked[0].numbering.own
+    # Two classes: no numbering but the codes' own is read (the other is the map the examples choose).
+    assert best_numbering(np.zeros((2, 2)), np.arange(2), (0, 1), 2).own
 
 
 def _weak_emoji_model(truth: np.ndarray, per_label: int = 3) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -835,7 +872,8 @@ def test_a_weak_model_of_many_classes_keeps_the_codes_reading() -> None:
     labels' examples with its favourite classes, so "any other class" explains many labels
     better than their numbers; but only one label can go to each favourite, and the numbers tell
     the map in a few nats where the examples' own map costs log 20!. The reading holds, and held
-    out each example is scored under it. Shifted codes over the same model are no reading."""
+    out each example is scored under it. Codes counted from another class are read so; scrambled
+    codes over the same model are no reading."""
     n, user = 20, [str(i) for i in range(20)]
     model = [f"emoji {i}" for i in range(20)]
     predicted, probs, labels = _weak_emoji_model(np.arange(n))
@@ -852,12 +890,18 @@ def test_a_weak_model_of_many_classes_keeps_the_codes_reading() -> None:
     shifted = (np.arange(n) + 7) % n
     predicted, probs, labels = _weak_emoji_model(shifted)
     checked = check_on_examples(user, model, predicted, probs, labels, similarity=None, temperature=0.05)
+    assert checked is not None and checked[0].numbers_hold
+    assert checked[0].numbering is not None and checked[0].numbering.shift == 7
+    assert checked[0].numbers_follow is not None and checked[0].numbers_follow >= n - 3
+    scrambled = np.random.default_rng(7).permutation(n)
+    predicted, probs, labels = _weak_emoji_model(scrambled)
+    checked = check_on_examples(user, model, predicted, probs, labels, similarity=None, temperature=0.05)
     assert checked is not None
-    assert not checked[0].numbers_hold and checked[0].numbers_follow == 0
+    assert not checked[0].numbers_hold
 
 
 def test_a_label_with_one_example_held_out_is_told_in_two_parts() -> None:
-    """Codes numbered otherwise than a 30-intent model's classes, one example of each of 24
+    """Codes numbered in no order of a 30-intent model's classes, one example of each of 24
     labels: held out, an example's label has nothing to place it, so it is scored under the map
     chosen on all of them, the map's price paid for its class. A good model fits each example
     and beats a guess by what it saves over that price; a twin that answers every other label as
@@ -867,7 +911,7 @@ def test_a_label_with_one_example_held_out_is_told_in_two_parts() -> None:
     the full benchmark's users of 77 intents renumbered."""
     n, user = 30, [str(i) for i in range(30)]
     model = [f"intent {i}" for i in range(30)]
-    shifted = (np.arange(n) + 11) % n
+    shifted = np.random.default_rng(11).permutation(n)  # scrambled: no numbering reads it
     seen = np.arange(24)
     confused = shifted.copy()
     confused[0:24:2] = shifted[1:24:2]  # labels 0 and 1 both answered as label 1's class, …

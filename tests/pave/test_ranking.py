@@ -842,8 +842,13 @@ def test_codes_counted_from_another_class_are_read_so_where_the_examples_bear_it
     predicted[0], probs[0] = 7, np.roll(probs[0], 7)  # one answer fits "shifted by seven"
     checked = check_on_examples(user, model, predicted, probs, labels, similarity=None, temperature=0.05)
     assert checked is not None and checked[0].numbering is not None and checked[0].numbering.own
-    # Two classes: no numbering but the codes' own is read (the other is the map the examples choose).
+    # Two classes: no numbering but the codes' own is read (the other is the map the examples
+    # choose); nor for a few of a larger model's classes, however well a window of them fits.
     assert best_numbering(np.zeros((2, 2)), np.arange(2), (0, 1), 2).own
+    window = np.zeros((5, 7))
+    window[np.arange(5), np.arange(5) + 2] = 10.0
+    assert best_numbering(window, np.arange(5), tuple(range(5)), 7).own
+    assert best_numbering(np.vstack([window, np.zeros((2, 7))]), np.arange(5), tuple(range(7)), 7).shift == 2
 
 
 def _weak_emoji_model(truth: np.ndarray, per_label: int = 3) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

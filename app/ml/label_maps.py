@@ -13,7 +13,8 @@ pick where there are some; by the user's examples where the names are codes ("0"
 or do not decide it, weighed with the names' reading where they carry meaning
 (`names_log_prior`), so clear names settle what a few examples cannot, and with the user's
 numbered codes read as the model's class numbers ("3" is its class 3, the order a dataset's
-class ids keep: `code_order`) where the examples bear that reading out (`map_by_examples`).
+class ids keep: `code_order`), or counted from another of its classes or backwards
+(`best_numbering`), where the examples bear that reading out (`map_by_examples`).
 A map chosen from data alone can be absurd (an inverted spam filter's "ham" onto the user's
 word for spam), which is why meaning comes first, and why a map the examples chose pays for
 itself (`map_cost`): its description length, under the names' own reading of the map where

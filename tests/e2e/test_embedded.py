@@ -86,13 +86,17 @@ def test_serve_runs_the_dock_on_one_machine(
     assert top.shot_map_cost is not None and f"less {top.shot_map_cost:.2f} for the label map" in top.reason
     # Codes numbered otherwise than trec numbers its classes (each shifted round by one): the
     # task's spec is aligned with trec's classes as trec's own spec agrees most, and compared
-    # with it under that alignment, not under the numbers.
+    # with it under that alignment, not under the numbers; the label map reads the codes counted
+    # from trec's last class, as the examples bear out, and says so.
     shifted = [(int(y) + 1) % len(renamed) for y in query.labels]
     with DockClient(url, user) as client:
         posted = client.task(query.texts, shifted, renamed, top_k=2)
         other_numbers = client.wait_task(posted.task_id, timeout=300).matches[0]
     assert other_numbers.learnware_id == ids["trec"] and other_numbers.aligned
     assert "your codes aligned with its classes as its spec agrees most" in other_numbers.reason
+    assert f"your codes read as its class numbers counted in order, shifted by {len(renamed) - 1}" in (
+        other_numbers.reason
+    )
     # Letters read no number at all: only the search aligns them, and it finds trec the same way.
     letters = [chr(ord("a") + i) for i in range(len(renamed))]
     with DockClient(url, user) as client:

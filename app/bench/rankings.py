@@ -153,15 +153,29 @@ def _peer_answers(market: Market, ranked: Sequence[Ranked], count: int) -> dict[
     return answered
 
 
-def read_records(paths: Iterable[Path]) -> list[Record]:
-    """The records of one or more `--rankings` files (gzipped where the name ends in .gz), in order."""
-    records: list[Record] = []
-    for path in paths:
-        text = (
-            gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text("utf-8")
-        )
-        records.extend(json.loads(line) for line in text.splitlines() if line.strip())
+def read_records(paths: Iterable[Path], reruns: Iterable[Path] = ()) -> list[Record]:
+    """The records of one or more `--rankings` files (gzipped where the name ends in .gz), in
+    order; each record of the ``reruns`` (a partial run of the same market on newer code:
+    `bench identify --kind … --task …`) in place of the same user's (kind, task, user seed).
+    A rerun's user that the runs do not hold is refused: it would be counted beside them."""
+    records = [record for path in paths for record in _read_lines(path)]
+    where = {_user(record): i for i, record in enumerate(records)}
+    for path in reruns:
+        for record in _read_lines(path):
+            if _user(record) not in where:
+                kind, task, seed = _user(record)
+                raise ValueError(f"{path}: the runs hold no {kind!r} user of {task} with seed {seed}")
+            records[where[_user(record)]] = record
     return records
+
+
+def _read_lines(path: Path) -> list[Record]:
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text("utf-8")
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _user(record: Record) -> tuple[str, str, int]:
+    return record["kind"], record["task"], int(record["seed"])
 
 
 def replay_metrics(record: Record, order: Sequence[dict[str, Any]]) -> tuple[float, float, float]:

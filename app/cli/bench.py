@@ -181,13 +181,23 @@ def bench_identify_replay(
             "instead of the service's"
         ),
     ] = False,
+    rerun: Annotated[
+        list[Path] | None,
+        typer.Option(
+            help="records of a partial rerun of the same market on newer code (`bench identify --kind "
+            "… --task … --rankings`): each in place of the same user's (repeat for more)"
+        ),
+    ] = None,
 ) -> None:
     """Each kind's figures with every user's recorded matches reordered by other rules: what a
     rule that reorders the checked matches would have given, in seconds (trains and runs nothing;
     `app.bench.rankings`)."""
     from app.bench.rankings import fitted_weights, read_records, replay_table, rule_named, wide_view
 
-    records = read_records(rankings)
+    try:
+        records = read_records(rankings, rerun or ())
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
     if wide:
         records = [view for r in records if (view := wide_view(r)) is not None]
         if not records:

@@ -123,6 +123,17 @@ def test_a_replay_counts_each_kind_and_the_users_it_moves(tmp_path: Path) -> Non
     packed = tmp_path / "rankings.jsonl.gz"
     packed.write_bytes(gzip.compress(path.read_bytes()))
     assert read_records([packed, path]) == records + records
+    # A partial rerun's records stand in place of the same users' (kind, task, user seed).
+    moved = {**records[0], "ranked": records[0]["ranked"][::-1]}
+    rerun = tmp_path / "rerun.jsonl"
+    rerun.write_text(json.dumps(moved) + "\n")
+    assert read_records([path], [rerun]) == [moved, *records[1:]]
+    stranger = tmp_path / "stranger.jsonl"
+    stranger.write_text(json.dumps({**records[0], "task": "no such task"}) + "\n")
+    with pytest.raises(ValueError, match="the runs hold no"):
+        read_records([path], [stranger])
+    refused = CliRunner().invoke(app, ["bench", "identify-replay", str(path), "--rerun", str(stranger)])
+    assert refused.exit_code != 0 and "the runs hold no" in refused.output
     shown = CliRunner().invoke(
         app, ["bench", "identify-replay", str(path), "--rule", "service", "--rule", "agreement-added-1"]
     )

@@ -162,7 +162,7 @@ class Numbering:
         return f"your codes read as its class numbers counted {counted}, shifted by {self.shift}"
 
 
-def numberings(order: Sequence[int], n_model: int) -> np.ndarray:
+def numberings(order: Sequence[int] | np.ndarray, n_model: int) -> np.ndarray:
     """Every numbering of the codes' reading ``order`` (`code_order`) by a model of ``n_model``
     classes: rows (reversed, shift) for shift 0…n_model − 1, forwards then backwards, each the
     model's class for every user label (``[0]`` is the codes' own reading). A dataset renumbered
@@ -195,15 +195,15 @@ def best_numbering(gain: np.ndarray, seen: np.ndarray, order: Sequence[int], n_m
     read = tuple(int(j) for j in order)
     if n_model < 3 or gain.shape[0] != n_model or not len(seen):
         return Numbering(read)
-    every = numberings(read, n_model)
     price = math.log(2 * n_model - 1)
-    fit = gain[seen[None, :], every[:, seen]].sum(axis=1) - price
+    fit = gain[seen[None, :], numberings(np.asarray(read)[seen], n_model)].sum(axis=1) - price
     fit[0] += price
     best = int(np.argmax(fit))  # the codes' own reading where it ties
     if best == 0:
         return Numbering(read)
+    chosen = numberings(read, n_model)[best]
     return Numbering(
-        tuple(int(j) for j in every[best]), shift=best % n_model, reversed=best >= n_model, nats=price
+        tuple(int(j) for j in chosen), shift=best % n_model, reversed=best >= n_model, nats=price
     )
 
 

@@ -245,17 +245,22 @@ class LabelMap:
     names_weighed: bool = False
     """For a map the examples chose: whether the names' reading of it weighed in with them
     (`map_by_examples` given the names' reading)."""
-    numbers_follow: int | None = None
+    numbering: Numbering | None = None
     """For a map the examples chose against the user's numbered codes read as the model's class
-    numbers (`code_order`): how many of the user's labels it keeps where the numbers put them;
-    None where the codes read no map."""
+    numbers (`code_order`): the numbering it was weighed against (`best_numbering`), the codes'
+    own or another the examples bear out better; None where the codes read no map."""
     numbers_hold: bool = False
-    """Whether the examples bear that reading out (the map kept near the numbers is the shorter
+    """Whether the examples bear that numbering out (the map kept near the numbers is the shorter
     code of the examples than their own best map: `map_by_examples`); otherwise it only places
     labels without examples where nothing else wants their classes."""
-    numbering: Numbering | None = None
-    """For such a map, the numbering of the codes it was weighed against (`best_numbering`): the
-    codes' own reading, or another the examples bear out better."""
+
+    @property
+    def numbers_follow(self) -> int | None:
+        """How many of the user's labels the map keeps where the numbering puts them; None where
+        the codes read no map."""
+        if self.numbering is None:
+            return None
+        return sum(1 for m, r in zip(self.model_class, self.numbering.order, strict=True) if m == r)
 
     @property
     def restricted(self) -> bool:
@@ -280,11 +285,10 @@ class LabelMap:
         }[self.how]
         if self.how == "examples" and self.names_weighed:
             how = f"labels mapped by your examples weighed with the meaning of the names ({HELD_OUT})"
-        if self.how == "examples" and self.numbers_follow is not None:
+        if self.how == "examples" and self.numbering is not None:
             n = len(self.model_class)
-            read = (self.numbering or Numbering(self.model_class)).describe()
             how = (
-                f"labels mapped by your examples weighed with {read} ("
+                f"labels mapped by your examples weighed with {self.numbering.describe()} ("
                 + (
                     f"{self.numbers_follow} of your {n} labels are where their numbers put them, "
                     "labels without examples among them"
@@ -469,9 +473,8 @@ def _against_reading(gain: np.ndarray, seen: np.ndarray, order: Sequence[int], n
         tuple(int(j) for j in best),
         "examples",
         n_model,
-        numbers_follow=int(np.count_nonzero(best == read)),
-        numbers_hold=holds,
         numbering=numbering,
+        numbers_hold=holds,
     )
 
 

@@ -211,7 +211,7 @@ def held_out_score(
             n_user,
             n_model,
             log_prior if label_map.names_weighed else None,
-            order if label_map.numbers_follow is not None else None,
+            order if label_map.numbering is not None else None,
         )
         one = slice(i, i + 1)
         placed = held.names_weighed or held.numbers_hold or bool(np.any(labels[keep] == labels[i]))

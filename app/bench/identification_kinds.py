@@ -13,6 +13,11 @@ Each kind is its own row (BENCHMARK.md, "Identification"); the headline is the m
   round by a seed's offset, so no code k is class k): a rule that reads "3" as a learnware's
   class 3 is wrong for every label here (one such rule was tried and not kept: it lifted
   ``codes`` and sank this kind, docs/benchmarks/identification.md);
+- ``letters``: the classes named "A", "B", "C"… in the task's order (tasks of at most 26
+  classes), as an answer sheet or a spreadsheet column names them. Written (2026-12-07) with the
+  rule that reads letters as numbers, A as class 0, so this order is read by construction;
+  letters in another order are read as renumbered codes are, or fall back to the search, as
+  every lettered user did before;
 - ``4 shots``, ``16 shots``: fewer or more examples per class;
 - ``label subset``: half the classes (at least two) of a task with four or more, named as the
   learnware names them: a learnware of the whole task serves by restricting its answers;
@@ -173,6 +178,7 @@ KINDS = (
     "synonyms",
     "codes",
     "codes, renumbered",
+    "letters",
     "case and order",
     "french",
     "other wording",
@@ -246,6 +252,9 @@ def users(market: Market, seeds: tuple[int, ...], kinds: tuple[str, ...] = KINDS
                     shifted = every[shift:] + every[:shift]  # code i is class shifted[i] != i
                     codes = [str(i) for i in every]
                     yield User(kind, task_name, seed, _relabel(shots8, shifted, codes), tuple(shifted))
+                elif kind == "letters" and len(names) <= 26:
+                    letters = [chr(ord("A") + c) for c in every]
+                    yield User(kind, task_name, seed, _relabel(shots8, every, letters), tuple(every))
                 elif kind == "case and order":
                     order = every[::-1]
                     upper = [names[c].upper() for c in order]

@@ -82,21 +82,24 @@ def labels_are_codes(names: Sequence[str]) -> bool:
 
 
 def _code_numbers(names: Sequence[str]) -> list[int] | None:
-    """The numbers of numbered codes ("3", "LABEL_3", "class 3"), distinct; None otherwise."""
+    """The numbers of numbered codes ("3", "LABEL_3", "class 3"), or of letter codes counted
+    from A as 0 ("A", "b": a list or an answer sheet keeps its classes' order as numbers do),
+    distinct; None otherwise, or where numbers and letters are mixed."""
     if not labels_are_codes(names):
         return None
-    numbers = []
-    for name in names:
-        found = _TRAILING_NUMBER.search(normalise_label(name))
-        if found is None:  # a letter code
-            return None
-        numbers.append(int(found.group()))
+    found = [_TRAILING_NUMBER.search(normalise_label(name)) for name in names]
+    if all(f is not None for f in found):
+        numbers = [int(f.group()) for f in found if f is not None]
+    elif all(f is None for f in found):  # letters: labels_are_codes let single letters through
+        numbers = [ord(normalise_label(name)) - ord("a") for name in names]
+    else:
+        return None
     return numbers if len(set(numbers)) == len(numbers) else None
 
 
 def code_order(user_names: Sequence[str], model_names: Sequence[str]) -> tuple[int, ...] | None:
-    """The map a user's numbered codes read: code k is the model's class k. None where they read
-    none (names, letters, numbers out of the model's range).
+    """The map a user's numbered codes read: code k is the model's class k (letters count from
+    A as 0). None where they read none (names, numbers out of the model's range).
 
     Numbered labels are most often a dataset's class ids, positions in its list of classes, the
     order a model trained on that dataset keeps (a Hugging Face model's ``id2label``). So the

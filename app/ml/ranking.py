@@ -333,7 +333,7 @@ class Realignment:
     """Where set, the alignment was searched for these learnwares (`searched_realignments`) and
     scores only them; otherwise it scores every learnware of ``label_set``."""
     search_only: bool = False
-    """No reading backs any one alignment (names whose meaning maps nothing, letters): ``names``
+    """No reading backs any one alignment (names whose meaning maps nothing): ``names``
     are the learnwares' own order, a placeholder for the search (`with_searched`) to replace.
     Past the search's cost cap it is dropped, not refitted."""
 
@@ -362,7 +362,8 @@ def realignments(
     Codes ("0", "1") map nothing by meaning, and more than two labels have too many alignments to
     refit each: their numbers' reading is one guess, and the alignment each learnware's own spec
     agrees with most another (`with_searched`). Names whose meaning maps nothing clearly (another
-    language, rare words) and letters are in the same place, with no reading to fall back on.
+    language, rare words) are in the same place, with no reading to fall back on; letter codes
+    read as numbers do, A as class 0.
     Neither is a fact, which is why both count only where they stand out (`with_alignment`)."""
     if any(tier_of(user_names, names) == Tier.BY_NAME for names, _ in label_sets):
         return []

@@ -92,3 +92,16 @@ def test_renumbered_codes_never_read_as_the_task_numbers_them(market: _Market) -
         # The same examples, each labelled with the code of its class.
         truth = [user.classes[y] for y in user.shots.labels]
         assert sorted(truth) == sorted(coded[key].shots.labels.tolist())
+
+
+def test_letters_name_the_classes_in_the_task_order(market: _Market) -> None:
+    """"A" is the task's class 0, as an answer sheet names them; the same examples as the codes'."""
+    users = list(kinds.users(market, (0, 1), ("codes", "letters")))
+    coded = {(u.task, u.seed): u for u in users if u.kind == "codes"}
+    lettered = {(u.task, u.seed): u for u in users if u.kind == "letters"}
+    assert set(lettered) == set(coded)
+    for key, user in lettered.items():
+        n = len(market.tasks[key[0]].label_names)
+        assert user.shots.label_names == [chr(ord("A") + i) for i in range(n)]
+        assert user.classes == coded[key].classes == tuple(range(n))
+        assert list(user.shots.labels) == list(coded[key].shots.labels)

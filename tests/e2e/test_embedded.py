@@ -97,13 +97,16 @@ def test_serve_runs_the_dock_on_one_machine(
     assert f"your codes read as its class numbers counted in order, shifted by {len(renamed) - 1}" in (
         other_numbers.reason
     )
-    # Letters read no number at all: only the search aligns them, and it finds trec the same way.
-    letters = [chr(ord("a") + i) for i in range(len(renamed))]
+    # Letters read as numbers do, A as trec's class 0, and the same numbering is found.
+    letters = [chr(ord("A") + i) for i in range(len(renamed))]
     with DockClient(url, user) as client:
         posted = client.task(query.texts, shifted, letters, top_k=2)
         lettered = client.wait_task(posted.task_id, timeout=300).matches[0]
     assert lettered.learnware_id == ids["trec"] and lettered.aligned
     assert "your codes aligned with its classes as its spec agrees most" in lettered.reason
+    assert f"your codes read as its class numbers counted in order, shifted by {len(renamed) - 1}" in (
+        lettered.reason
+    )
     # Two labels that no learnware names: the task's spec is refitted under the two-class
     # learnware's own names (sst2's), and that learnware is scored under the alignment that fits:
     # the cosine the same examples get from a user who names the classes as it does, whichever

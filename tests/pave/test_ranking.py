@@ -659,15 +659,19 @@ def test_a_task_no_learnware_names_is_realigned_to_their_label_sets() -> None:
     assert realignments(["0", "1"], rare, _similarity, limit=1) == []
     assert [r.names for r in realignments(["0", "1"], rare, _similarity, limit=2)] == [("yes", "no")]
     # Numbered codes of more than two labels: realigned as their numbers read, onto sets of as
-    # many classes only, marked as a reading; letters read no number.
+    # many classes only, marked as a reading; letters read as numbers do, A as class 0.
     plan = realignments(["3", "1", "0", "2"], sets, _similarity)
     assert [(r.names, r.both_ways, r.reading) for r in plan] == [
         (("sadness", "joy", "anger", "optimism"), False, True)
     ]
     assert plan[0].label_set == frozenset({"anger", "joy", "optimism", "sadness"})
     assert not plan[0].search_only
-    # Letters read no number: only the search can align them.
-    plan = realignments(["a", "b", "c", "d"], sets, _similarity)
+    plan = realignments(["D", "B", "A", "C"], sets, _similarity)
+    assert [(r.names, r.reading, r.search_only) for r in plan] == [
+        (("sadness", "joy", "anger", "optimism"), True, False)
+    ]
+    # Codes that read no number (mixed letters and numbers): only the search can align them.
+    plan = realignments(["a", "1", "c", "d"], sets, _similarity)
     assert [(r.label_set, r.search_only) for r in plan] == [
         (frozenset({"anger", "joy", "optimism", "sadness"}), True)
     ]
@@ -702,7 +706,8 @@ def test_a_realigned_learnware_is_scored_under_the_alignment_that_fits() -> None
 def test_numbered_codes_read_as_class_numbers() -> None:
     """A dataset's class ids are positions in its list of classes, the order a model trained on it
     keeps: "3" is its class 3, counted from 1 where the codes run to its class count; its own
-    numbered codes by number. Names, letters and numbers out of range read nothing."""
+    numbered codes by number; letters count from A as 0. Names, numbers out of range and codes
+    that mix letters with numbers read nothing."""
     four = ["anger", "joy", "optimism", "sadness"]
     assert code_order(["0", "1", "2", "3"], four) == (0, 1, 2, 3)
     assert code_order(["LABEL_2", "label 0"], four) == (2, 0)  # a few of them
@@ -711,7 +716,11 @@ def test_numbered_codes_read_as_class_numbers() -> None:
     assert code_order(["class 7", "class 3"], ["LABEL_3", "LABEL_7", "LABEL_9"]) == (1, 0)
     assert code_order(["0", "1"], ["LABEL_3", "LABEL_7"]) is None
     assert code_order(["0", "5"], four) is None
-    assert code_order(["a", "b"], four) is None
+    assert code_order(["a", "b"], four) == (0, 1)
+    assert code_order(["D", "C", "B", "A"], four) == (3, 2, 1, 0)
+    assert code_order(["0", "1"], ["A", "B"]) == (0, 1)  # its own letters by number
+    assert code_order(["a", "2"], four) is None
+    assert code_order(["a", "A"], four) is None  # one letter twice
     assert code_order(["anger", "joy"], four) is None
     assert code_order(["1", "01"], four) is None  # one number twice
 

@@ -95,7 +95,7 @@ def test_renumbered_codes_never_read_as_the_task_numbers_them(market: _Market) -
 
 
 def test_letters_name_the_classes_in_the_task_order(market: _Market) -> None:
-    """"A" is the task's class 0, as an answer sheet names them; the same examples as the codes'."""
+    """Letter A is the task's class 0, as an answer sheet names them; the same examples as the codes'."""
     users = list(kinds.users(market, (0, 1), ("codes", "letters")))
     coded = {(u.task, u.seed): u for u in users if u.kind == "codes"}
     lettered = {(u.task, u.seed): u for u in users if u.kind == "letters"}

@@ -363,7 +363,8 @@ def realignments(
     refit each: their numbers' reading is one guess, and the alignment each learnware's own spec
     agrees with most another (`with_searched`). Names whose meaning maps nothing clearly (another
     language, rare words) are in the same place, with no reading to fall back on (letter codes
-    have one: they read as numbers do, "A" as class 0). Neither is a fact, which is why both count only where they stand out (`with_alignment`)."""
+    have one: they read as numbers do, "A" as class 0). Neither is a fact, which is why both
+    count only where they stand out (`with_alignment`)."""
     if any(tier_of(user_names, names) == Tier.BY_NAME for names, _ in label_sets):
         return []
     counts: dict[frozenset[str], int] = {}

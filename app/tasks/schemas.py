@@ -86,9 +86,10 @@ class MatchRead(BaseModel):
         "reading, so clear names settle what a few examples cannot, and a map they argue against "
         "costs more: `shot_map_cost`; where the task's labels are numbered codes or letters (A "
         "as 0), weighed with their numbers read as the learnware's class numbers, its '3' as the "
-        "learnware's class 3 or 'LABEL_3', or counted from another of its classes or backwards where the examples "
-        "bear that numbering out better, at the price of naming it; labels without examples then "
-        "keep their numbers, and the reason says which numbering and how many labels follow it)",
+        "learnware's class 3 or 'LABEL_3', or counted from another of its classes or backwards "
+        "where the examples bear that numbering out better, at the price of naming it; labels "
+        "without examples then keep their numbers, and the reason says which numbering and how "
+        "many labels follow it)",
     )
     restricted: bool = Field(
         default=False,

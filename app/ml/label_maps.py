@@ -97,6 +97,11 @@ def _code_numbers(names: Sequence[str]) -> list[int] | None:
     return numbers if len(set(numbers)) == len(numbers) else None
 
 
+def _lettered(names: Sequence[str]) -> bool:
+    """Codes that are letters, not numbers (`_code_numbers` reads them from A as 0)."""
+    return all(_TRAILING_NUMBER.search(normalise_label(name)) is None for name in names)
+
+
 def code_order(user_names: Sequence[str], model_names: Sequence[str]) -> tuple[int, ...] | None:
     """The map a user's numbered codes read: code k is the model's class k (letters count from
     A as 0). None where they read none (names, numbers out of the model's range).
@@ -104,9 +109,11 @@ def code_order(user_names: Sequence[str], model_names: Sequence[str]) -> tuple[i
     Numbered labels are most often a dataset's class ids, positions in its list of classes, the
     order a model trained on that dataset keeps (a Hugging Face model's ``id2label``). So the
     user's "k" reads as the model's class numbered k where its own labels are numbered codes too
-    ("LABEL_k"), else as the k-th of its classes, counted from 0, or from 1 where the codes run up
-    to the model's class count. A reading, not a fact: each label the examples place elsewhere
-    pays for leaving it (`map_by_examples`), and where most leave it, the reading is dropped."""
+    ("LABEL_k"), else as the k-th of its classes, counted from 0, or from 1 where numbers run up
+    to the model's class count (letters always start at A: "B" to "F" are five of a longer list,
+    not five classes counted from 1). A reading, not a fact: each label the examples place
+    elsewhere pays for leaving it (`map_by_examples`), and where most leave it, the reading is
+    dropped."""
     numbers = _code_numbers(user_names)
     if numbers is None:
         return None
@@ -117,7 +124,8 @@ def code_order(user_names: Sequence[str], model_names: Sequence[str]) -> tuple[i
     n_model = len(model_names)
     if max(numbers) < n_model:
         return tuple(numbers)
-    if min(numbers) >= 1 and max(numbers) <= n_model:
+    counted_from_one = min(numbers) >= 1 and max(numbers) <= n_model
+    if counted_from_one and not _lettered(user_names):
         return tuple(k - 1 for k in numbers)
     return None
 

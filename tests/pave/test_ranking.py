@@ -718,6 +718,7 @@ def test_numbered_codes_read_as_class_numbers() -> None:
     assert code_order(["0", "5"], four) is None
     assert code_order(["a", "b"], four) == (0, 1)
     assert code_order(["D", "C", "B", "A"], four) == (3, 2, 1, 0)
+    assert code_order(["B", "C", "D", "E"], four) is None  # letters are not counted from 1
     assert code_order(["0", "1"], ["A", "B"]) == (0, 1)  # its own letters by number
     assert code_order(["a", "2"], four) is None
     assert code_order(["a", "A"], four) is None  # one letter twice

@@ -306,14 +306,27 @@ class Market:
             return str(refused)
         return None
 
+    def _capped(self, name: str) -> np.ndarray:
+        """Positions in the train split of the examples every learnware of the task draws its
+        training set from (all of them where the split is within the profile's cap)."""
+        size = len(self.tasks[name])
+        if size <= self.profile.train_cap:
+            return np.arange(size)
+        return np.random.default_rng(self.seed).choice(size, self.profile.train_cap, replace=False)
+
+    def unseen(self, name: str) -> TextTask | None:
+        """The task's train examples that no learnware of this market trained on: outside the
+        capped set every variant draws from, and no text repeated from it. What a user who brings
+        their own data has; None where the cap takes the whole split (uci_amazon's 800)."""
+        train = self.tasks[name]
+        seen_texts = {train.texts[i] for i in self._capped(name).tolist()}
+        rest = [i for i, text in enumerate(train.texts) if text not in seen_texts]
+        return train.subset(rest) if rest else None
+
     def _training_set(self, name: str, variant: str) -> TextTask:
         """The capped train split, as the variant sees it (labels drawn uniformly at random for a
         share of the examples: unlike a flipped label, a random one carries no inverted signal)."""
-        train = self.tasks[name]
-        if len(train) > self.profile.train_cap:
-            train = train.subset(
-                np.random.default_rng(self.seed).choice(len(train), self.profile.train_cap, replace=False)
-            )
+        train = self.tasks[name].subset(self._capped(name))
         rng = np.random.default_rng([self.seed, 1009])
         if variant == "small":
             return train.subset(np.sort(rng.choice(len(train), max(40, len(train) // 20), replace=False)))

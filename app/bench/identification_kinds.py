@@ -18,6 +18,15 @@ Each kind is its own row (BENCHMARK.md, "Identification"); the headline is the m
   rule that reads letters as numbers, A as class 0, so this order is read by construction;
   letters in another order are read as renumbered codes are, or fall back to the search, as
   every lettered user did before;
+- ``unseen examples``: 8 shots per class named as the learnwares name them, drawn from the
+  train examples no learnware of the market trained on (outside the capped training set every
+  variant of a task draws from; tasks whose whole split is within the cap, and those where a
+  class has no such example, have none). Every other kind draws its shots from the whole train
+  split (BENCHMARK.md), so a user's examples are often ones the task's own learnwares trained
+  on, and a model that memorises flatters itself on them (a TF-IDF learnware of the user's own
+  task answered the same-names users' shots 0.155 better than its test split, one of another
+  task 0.019). This kind is the user who brings data of their own (written 2026-12-07, after
+  every rule of the ranking was chosen);
 - ``4 shots``, ``16 shots``: fewer or more examples per class;
 - ``label subset``: half the classes (at least two) of a task with four or more, named as the
   learnware names them: a learnware of the whole task serves by restricting its answers;
@@ -108,6 +117,10 @@ class Market(Protocol):
 
     def test_predictions(self, lw: Any, task: str) -> Predictions: ...
 
+    def unseen(self, task: str) -> TextTask | None:
+        """The task's train examples no learnware of the market trained on (None: none left)."""
+        ...
+
 
 # Users who name their classes differently from the learnwares (held-back cases of BENCHMARK.md).
 SYNONYMS = {
@@ -179,6 +192,7 @@ KINDS = (
     "codes",
     "codes, renumbered",
     "letters",
+    "unseen examples",
     "case and order",
     "french",
     "other wording",
@@ -255,6 +269,10 @@ def users(market: Market, seeds: tuple[int, ...], kinds: tuple[str, ...] = KINDS
                 elif kind == "letters" and len(names) <= 26:
                     letters = [chr(ord("A") + c) for c in every]
                     yield User(kind, task_name, seed, _relabel(shots8, every, letters), tuple(every))
+                elif kind == "unseen examples" and (fresh := market.unseen(task_name)) is not None:
+                    if set(fresh.labels.tolist()) == set(every):
+                        shots = few_shot(fresh, per_class=8, max_total=64, seed=seed)
+                        yield User(kind, task_name, seed, _relabel(shots, every, names), tuple(every))
                 elif kind == "case and order":
                     order = every[::-1]
                     upper = [names[c].upper() for c in order]

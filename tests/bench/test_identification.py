@@ -165,6 +165,30 @@ def test_another_market_seed_is_another_market(datasets_dir: Path, tmp_path: Pat
     assert len(corrupted[0]) == len(corrupted[1]) and (corrupted[0] != corrupted[1]).any()
 
 
+def test_unseen_examples_are_outside_every_learnwares_training_set(
+    datasets_dir: Path, tmp_path: Path
+) -> None:
+    """What the `unseen examples` users draw from: the train split less the capped set every
+    variant of the task trains on, no text repeated from it; nothing where the cap takes it all."""
+    from dataclasses import replace
+
+    from app.bench.identification import PROFILES, Cache, Market
+
+    profile = replace(PROFILES["smoke"], tasks=("sst2", "uci_amazon"), train_cap=1000)
+    market = Market(profile, datasets_dir, Cache(tmp_path), space=None, seed=1)  # type: ignore[arg-type]
+    unseen = market.unseen("sst2")
+    assert unseen is not None
+    trained = {
+        text
+        for variant in ("good", "small", "noisy", "corrupted")
+        for text in market._training_set("sst2", variant).texts
+    }
+    assert len(trained) <= 1000 and not trained & set(unseen.texts)
+    assert len(unseen) + 1000 >= len(market.tasks["sst2"]) - 50  # few texts repeat in sst2
+    assert set(unseen.labels.tolist()) == {0, 1}
+    assert market.unseen("uci_amazon") is None  # its 800 examples are all within the cap
+
+
 def test_a_learnware_the_dock_would_refuse_is_left_out_of_the_market(
     datasets_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

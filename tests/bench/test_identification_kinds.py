@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from app.bench import identification_kinds as kinds
@@ -33,6 +34,12 @@ class _Market:
         self.learnwares = [
             _Learnware(i, n, "good", list(self.tasks[n].label_names)) for i, n in enumerate(names)
         ]
+
+    def unseen(self, task: str) -> TextTask | None:
+        """As if every learnware trained on its task's first 300 examples, and tweet_sentiment's
+        on all of them."""
+        train = self.tasks[task]
+        return None if task == "tweet_sentiment" else train.subset(list(range(300, len(train))))
 
 
 @pytest.fixture(scope="module")
@@ -105,3 +112,17 @@ def test_letters_name_the_classes_in_the_task_order(market: _Market) -> None:
         assert user.shots.label_names == [chr(ord("A") + i) for i in range(n)]
         assert user.classes == coded[key].classes == tuple(range(n))
         assert list(user.shots.labels) == list(coded[key].shots.labels)
+
+
+def test_unseen_examples_users_bring_examples_no_learnware_trained_on(market: _Market) -> None:
+    """Named as the task names its classes, 8 shots a class, every one from the examples no
+    learnware saw; a task whose whole split the learnwares trained on has no such user."""
+    users = list(kinds.users(market, (0, 1), ("unseen examples",)))
+    assert {(u.task, u.seed) for u in users} == {(t, s) for t in ("sst2", "trec") for s in (0, 1)}
+    for user in users:
+        task = market.tasks[user.task]
+        seen = set(task.texts[:300])
+        assert user.shots.label_names == task.label_names
+        assert user.classes == tuple(range(len(task.label_names)))
+        assert not seen & set(user.shots.texts)
+        assert np.bincount(user.shots.labels).max() <= 8

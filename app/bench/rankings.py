@@ -535,3 +535,28 @@ def replay_table(records: Sequence[Record], rules: Sequence[str]) -> str:
         + " |"
     )
     return "\n".join(lines)
+
+
+def flattery_table(records: Sequence[Record]) -> str:
+    """How much better each kind of learnware answered the users' examples than its test split:
+    the checked matches whose map the names chose, grouped by whether the learnware is of the
+    user's own task, its family and variant (the key's last two parts), the mean of its accuracy
+    on the examples less its test accuracy. The benchmark draws most users' examples from the
+    train split the task's own learnwares trained on (BENCHMARK.md); a model that memorises its
+    training set is flattered there, one of another task is not."""
+    gaps: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    for record in records:
+        for row in record["ranked"]:
+            shot = row.get("shot")
+            if not row.get("checked") or shot is None or row.get("map_how") != "names":
+                continue
+            task, family, variant = str(row["key"]).rsplit("-", 2)
+            whose = "own task" if task == record["task"] else "another task"
+            gaps[(whose, family, variant)].append(float(shot["accuracy"]) - float(row["accuracy"]))
+    lines = [
+        "| learnware | family | variant | checked | examples − test accuracy |",
+        "|---|---|---|---|---|",
+    ]
+    for (whose, family, variant), values in sorted(gaps.items()):
+        lines.append(f"| {whose} | {family} | {variant} | {len(values)} | {float(np.mean(values)):+.3f} |")
+    return "\n".join(lines)

@@ -188,11 +188,25 @@ def bench_identify_replay(
             "… --task … --rankings`): each in place of the same user's (repeat for more)"
         ),
     ] = None,
+    flattery: Annotated[
+        bool,
+        typer.Option(
+            help="instead, how much better each kind of learnware answered the users' examples than "
+            "its test split (own task or another, family, variant; `rankings.flattery_table`)"
+        ),
+    ] = False,
 ) -> None:
     """Each kind's figures with every user's recorded matches reordered by other rules: what a
     rule that reorders the checked matches would have given, in seconds (trains and runs nothing;
     `app.bench.rankings`)."""
-    from app.bench.rankings import fitted_weights, read_records, replay_table, rule_named, wide_view
+    from app.bench.rankings import (
+        fitted_weights,
+        flattery_table,
+        read_records,
+        replay_table,
+        rule_named,
+        wide_view,
+    )
 
     try:
         records = read_records(rankings, rerun or ())
@@ -214,6 +228,9 @@ def bench_identify_replay(
         ]
         if not records:
             raise typer.BadParameter("no user of those kinds in these records")
+    if flattery:
+        typer.echo(flattery_table(records))
+        return
     if fit:
         try:
             fitted = fitted_weights(records, fit)

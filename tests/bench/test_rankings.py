@@ -16,6 +16,7 @@ from app.bench.rankings import (
     RULES,
     agreement_added,
     fitted_weights,
+    flattery_table,
     oracle_miss,
     peer_kappas,
     read_records,
@@ -266,3 +267,20 @@ def test_a_wide_ranking_replays_in_place_of_the_service_s(tmp_path: Path) -> Non
     none.write_text(json.dumps(narrow) + "\n")
     refused = CliRunner().invoke(app, ["bench", "identify-replay", str(none), "--wide"])
     assert refused.exit_code != 0 and "no wide ranking" in refused.output
+
+
+def test_flattery_compares_each_learnwares_examples_with_its_test_split() -> None:
+    """Own task or another, family and variant from the key; the examples' accuracy less the test
+    accuracy, averaged over the checked matches mapped by name; unchecked ones left out."""
+    record = _record()
+    record["ranked"] = [
+        {**_row(1, 0.60, -0.20), "key": "sst2-onnx-good"},  # examples 0.8: +0.20
+        {**_row(2, 0.70, -0.25), "key": "sst2-onnx-good"},  # +0.10
+        {**_row(3, 0.75, -0.30), "key": "mr-lora-small5"},  # +0.05
+        {**_row(4, 0.10, None), "key": "mr-lora-good"},  # unchecked
+    ]
+    lines = flattery_table([record]).splitlines()
+    assert lines[2:] == [
+        "| another task | lora | small5 | 1 | +0.050 |",
+        "| own task | onnx | good | 2 | +0.150 |",
+    ]

@@ -422,6 +422,18 @@ def oracle_miss(record: Record, order: Sequence[dict[str, Any]]) -> str | None:
     return MISSES[2] if best.get("checked") else MISSES[3]
 
 
+def examples_favour_the_top(record: Record, order: Sequence[dict[str, Any]]) -> bool:
+    """Whether the user's own examples bear out the top match at least as well as the first
+    learnware as good as the oracle (accuracy and log-likelihood both): a miss no reading of the
+    examples could mend, only what else is known of the matches (their specs, their agreement)."""
+    oracle = max(float(record["oracle_by_name"]), float(order[0].get("accuracy", 0.0)))
+    best = next((row for row in order if float(row.get("accuracy", 0.0)) >= oracle - 0.01), None)
+    top, theirs = order[0].get("shot"), None if best is None else best.get("shot")
+    if top is None or theirs is None:
+        return False
+    return bool(top["accuracy"] >= theirs["accuracy"] and top["log_likelihood"] >= theirs["log_likelihood"])
+
+
 def replay(records: Sequence[Record], rule: Rule) -> dict[str, Any]:
     """Each kind's mean normalised accuracy (with its spread over user seeds), oracle agreement
     and quality filter under ``rule``; the mean over kinds; users moved, better and worse; where
@@ -429,12 +441,14 @@ def replay(records: Sequence[Record], rule: Rule) -> dict[str, Any]:
     by_kind: dict[str, dict[int, list[tuple[float, float, float]]]] = defaultdict(lambda: defaultdict(list))
     moved = better = worse = 0
     misses = dict.fromkeys(MISSES, 0)
+    favoured = 0  # misses in the first checked where the examples favour the top
     for record in records:
         order = rule(record)
         metrics = replay_metrics(record, order)
         by_kind[record["kind"]][record["seed"]].append(metrics)
         if (miss := oracle_miss(record, order)) is not None:
             misses[miss] += 1
+            favoured += miss == MISSES[0] and examples_favour_the_top(record, order)
         if order[0]["id"] != record["ranked"][0]["id"]:
             moved += 1
             before = replay_metrics(record, record["ranked"])[0]
@@ -478,6 +492,7 @@ def replay(records: Sequence[Record], rule: Rule) -> dict[str, Any]:
         "better": better,
         "worse": worse,
         "oracle misses": misses,
+        "examples favour the top": favoured,
         "per seed": per_seed,
     }
 
@@ -532,6 +547,11 @@ def replay_table(records: Sequence[Record], rules: Sequence[str]) -> str:
         + " / ".join(MISSES)
         + " | | "
         + " | ".join(" / ".join(str(v) for v in results[n]["oracle misses"].values()) for n in rules)
+        + " |"
+    )
+    lines.append(
+        f"| of those {MISSES[0]}, the user's examples favour the top (accuracy and likelihood) | | "
+        + " | ".join(str(results[n]["examples favour the top"]) for n in rules)
         + " |"
     )
     return "\n".join(lines)

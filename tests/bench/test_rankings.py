@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from app.bench.rankings import (
     RULES,
     agreement_added,
+    examples_favour_the_top,
     fitted_weights,
     flattery_table,
     oracle_miss,
@@ -183,6 +184,16 @@ def test_a_miss_says_where_the_best_learnware_stood() -> None:
         "not checked": 1,
         "first, through another map": 1,
     }
+
+
+def test_a_miss_the_examples_cannot_mend_is_counted() -> None:
+    """The weak twin (1) is first and as right on the examples as the good one (2), and likelier:
+    the examples favour it. Where the good one is likelier on them, a rule could have read it."""
+    record = _record()
+    assert examples_favour_the_top(record, service(record))
+    likelier = {**record, "ranked": [record["ranked"][0], _row(2, 0.90, -0.10), *record["ranked"][2:]]}
+    assert not examples_favour_the_top(likelier, service(likelier))
+    assert replay([record, likelier], service)["examples favour the top"] == 1
 
 
 def test_a_weighed_rule_is_named_by_its_features_and_weights() -> None:

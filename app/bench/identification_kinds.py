@@ -20,13 +20,14 @@ Each kind is its own row (BENCHMARK.md, "Identification"); the headline is the m
   every lettered user did before;
 - ``unseen examples``: 8 shots per class named as the learnwares name them, drawn from the
   train examples no learnware of the market trained on (outside the capped training set every
-  variant of a task draws from; tasks whose whole split is within the cap, and those where a
-  class has no such example, have none). Every other kind draws its shots from the whole train
-  split (BENCHMARK.md), so a user's examples are often ones the task's own learnwares trained
-  on, and a model that memorises flatters itself on them (a TF-IDF learnware of the user's own
-  task answered the same-names users' shots 0.155 better than its test split, one of another
-  task 0.019). This kind is the user who brings data of their own (written 2026-12-07, after
-  every rule of the ranking was chosen);
+  variant of a task draws from). Where the whole train split is within the cap (9 of the full
+  profile's 25 tasks), or a class has no such example, they are drawn from the test split
+  instead and left out of that user's test (``User.held_out``). Every other kind draws its
+  shots from the whole train split (BENCHMARK.md), so a user's examples are often ones the
+  task's own learnwares trained on, and a model that memorises flatters itself on them (a
+  TF-IDF learnware of the user's own task answered the same-names users' shots 0.155 better
+  than its test split, one of another task 0.019). This kind is the user who brings data of
+  their own (written 2026-12-07, after every rule of the ranking was chosen);
 - ``4 shots``, ``16 shots``: fewer or more examples per class;
 - ``label subset``: half the classes (at least two) of a task with four or more, named as the
   learnware names them: a learnware of the whole task serves by restricting its answers;
@@ -221,6 +222,9 @@ class User:
     exclude: frozenset[int] = frozenset()
     """Learnware ids the user's market does not have."""
     spec_only: bool = False
+    held_out: frozenset[int] = frozenset()
+    """Positions in the task's test split left out of this user's test: its own examples, where
+    they were drawn from there (``unseen examples``)."""
 
 
 def _renamed(names: list[str], table: dict[str, str]) -> list[str]:
@@ -269,10 +273,18 @@ def users(market: Market, seeds: tuple[int, ...], kinds: tuple[str, ...] = KINDS
                 elif kind == "letters" and len(names) <= 26:
                     letters = [chr(ord("A") + c) for c in every]
                     yield User(kind, task_name, seed, _relabel(shots8, every, letters), tuple(every))
-                elif kind == "unseen examples" and (fresh := market.unseen(task_name)) is not None:
-                    if set(fresh.labels.tolist()) == set(every):
+                elif kind == "unseen examples":
+                    fresh = market.unseen(task_name)
+                    if fresh is not None and set(fresh.labels.tolist()) == set(every):
                         shots = few_shot(fresh, per_class=8, max_total=64, seed=seed)
                         yield User(kind, task_name, seed, _relabel(shots, every, names), tuple(every))
+                        continue
+                    test = market.tests[task_name]
+                    shots = few_shot(test, per_class=8, max_total=64, seed=seed)
+                    theirs = set(shots.texts)
+                    held_out = frozenset(i for i, text in enumerate(test.texts) if text in theirs)
+                    relabelled = _relabel(shots, every, names)
+                    yield User(kind, task_name, seed, relabelled, tuple(every), held_out=held_out)
                 elif kind == "case and order":
                     order = every[::-1]
                     upper = [names[c].upper() for c in order]
@@ -505,7 +517,10 @@ def user_accuracy(market: Market, user: User, lw_id: int, label_map: LabelMap | 
         return 0.0
     lw = market.learnwares[lw_id]
     test = market.tests[user.task]
-    keep = np.flatnonzero(np.isin(test.labels, user.classes))
+    mine = np.isin(test.labels, user.classes)
+    if user.held_out:
+        mine[list(user.held_out)] = False
+    keep = np.flatnonzero(mine)
     position = {c: i for i, c in enumerate(user.classes)}
     truth = np.asarray([position[int(y)] for y in test.labels[keep]], dtype=np.int64)
     predicted = market.test_predictions(lw, user.task)

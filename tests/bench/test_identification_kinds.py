@@ -116,13 +116,39 @@ def test_letters_name_the_classes_in_the_task_order(market: _Market) -> None:
 
 def test_unseen_examples_users_bring_examples_no_learnware_trained_on(market: _Market) -> None:
     """Named as the task names its classes, 8 shots a class, every one from the examples no
-    learnware saw; a task whose whole split the learnwares trained on has no such user."""
+    learnware saw: the train examples beyond the cap, or, where the learnwares trained on the
+    whole split (tweet_sentiment here), the test split, those examples then left out of the test."""
     users = list(kinds.users(market, (0, 1), ("unseen examples",)))
-    assert {(u.task, u.seed) for u in users} == {(t, s) for t in ("sst2", "trec") for s in (0, 1)}
+    assert {(u.task, u.seed) for u in users} == {(t, s) for t in market.tasks for s in (0, 1)}
     for user in users:
         task = market.tasks[user.task]
-        seen = set(task.texts[:300])
         assert user.shots.label_names == task.label_names
         assert user.classes == tuple(range(len(task.label_names)))
-        assert not seen & set(user.shots.texts)
         assert np.bincount(user.shots.labels).max() <= 8
+        if user.task == "tweet_sentiment":
+            test = market.tests[user.task]
+            assert user.held_out and {test.texts[i] for i in user.held_out} == set(user.shots.texts)
+        else:
+            assert not user.held_out and not set(task.texts[:300]) & set(user.shots.texts)
+
+
+def test_a_users_held_out_examples_are_left_out_of_their_test(
+    market: _Market, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Scored on the test split less the examples the user holds: a learnware right on exactly
+    those examples and wrong elsewhere scores 0."""
+    from app.bench.identification_kinds import User, user_accuracy
+    from app.ml.label_maps import map_by_name
+    from app.ml.runners.base import Predictions
+
+    test = market.tests["sst2"]
+    held = frozenset(range(0, len(test), 2))
+    # Right on the held-out half only.
+    labels = np.where(np.isin(np.arange(len(test)), list(held)), test.labels, 1 - test.labels)
+    monkeypatch.setattr(market, "test_predictions", lambda lw, task: Predictions(labels, None), raising=False)
+    names = list(test.label_names)
+    user = User("unseen examples", "sst2", 0, test, (0, 1), held_out=held)
+    everyone = User("same names", "sst2", 0, test, (0, 1))
+    label_map = map_by_name(names, names)
+    assert user_accuracy(market, user, 0, label_map) == 0.0  # type: ignore[arg-type]
+    assert user_accuracy(market, everyone, 0, label_map) == pytest.approx(len(held) / len(test))  # type: ignore[arg-type]

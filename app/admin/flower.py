@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from app.children import die_with_parent
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,11 @@ class FlowerProcess:
         # not the terminal `pavedock serve` speaks to.
         output = log_path.open("ab") if log_path is not None else None
         self.proc = subprocess.Popen(
-            command, env=env, stdout=output, stderr=subprocess.STDOUT if output else None
+            command,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT if output else None,
+            preexec_fn=die_with_parent,  # gone with the dock even where atexit never runs (SIGKILL)
         )
         if output is not None:
             output.close()  # the child holds its own descriptor

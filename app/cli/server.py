@@ -3,6 +3,7 @@ restarted if it dies and stopped with the API, and Flower on loopback."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import threading
@@ -11,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from app.children import die_with_parent
 from app.cli.common import console
 from app.cli.database import admin_exists
 from app.cli.quiet import explain_root, worker_env
@@ -21,14 +23,10 @@ def register(app: typer.Typer) -> None:
     app.command("serve")(serve)
 
 
-def _die_with_parent() -> None:
-    """In the worker's process: get SIGTERM when ``pavedock serve`` dies, even by SIGKILL (Linux)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-
-        pr_set_pdeathsig = 1
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM (``kill``, ``docker stop``, systemd) ends ``pavedock serve`` as Ctrl-C does: through
+    its ``finally`` and ``atexit``, so nothing it started is left running."""
+    raise SystemExit(128 + signum)
 
 
 class _EmbeddedWorker(threading.Thread):
@@ -48,7 +46,7 @@ class _EmbeddedWorker(threading.Thread):
         delay = 1.0
         while not self.stopping.is_set():
             started = time.monotonic()
-            self.proc = subprocess.Popen(self.command, preexec_fn=_die_with_parent, env=worker_env())
+            self.proc = subprocess.Popen(self.command, preexec_fn=die_with_parent, env=worker_env())
             code = self.proc.wait()
             if self.stopping.is_set():
                 return
@@ -96,6 +94,9 @@ def serve(
     start_flower(settings, log_path=settings.data_dir / "flower.log")
     bind, listen = host or settings.host, port or settings.port
     served = record_serve_url(settings.data_dir, serve_url(bind, listen))  # clients find it there
+    # uvicorn shuts down on SIGTERM, then raises it again under the handler it found: Python's
+    # default would end the process there, before the worker, Flower and the URL file are seen to.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         uvicorn.run(
             "app.main:create_app",

@@ -25,8 +25,8 @@ Each kind is its own row (BENCHMARK.md, "Identification"); the headline is the m
   instead and left out of that user's test (``User.held_out``). Every other kind draws its
   shots from the whole train split (BENCHMARK.md), so a user's examples are often ones the
   task's own learnwares trained on, and a model that memorises flatters itself on them (a
-  TF-IDF learnware of the user's own task answered the same-names users' shots 0.155 better
-  than its test split, one of another task 0.019). This kind is the user who brings data of
+  TF-IDF learnware of the user's own task answered the same-names users' shots 0.156 better
+  than its test split, one of another task 0.012: `bench identify-replay --flattery`). This kind is the user who brings data of
   their own (written 2026-12-07, after every rule of the ranking was chosen);
 - ``4 shots``, ``16 shots``: fewer or more examples per class;
 - ``label subset``: half the classes (at least two) of a task with four or more, named as the

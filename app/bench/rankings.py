@@ -392,6 +392,13 @@ MISSES = (
 it is first, but the map chosen for it answers worse than the true one (codes, renamings)."""
 
 
+def _first_reaching(record: Record, order: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The first match of ``order`` as good as the user's oracle (within a point), through the
+    map chosen for it; None where none is."""
+    oracle = max(float(record["oracle_by_name"]), float(order[0].get("accuracy", 0.0)))
+    return next((row for row in order if float(row.get("accuracy", 0.0)) >= oracle - 0.01), None)
+
+
 def oracle_miss(record: Record, order: Sequence[dict[str, Any]]) -> str | None:
     """Where the first learnware as good as the user's oracle (within a point) stood in ``order``
     when the top match is not one (one of `MISSES`; where none is, the oracle's own learnware,
@@ -400,16 +407,12 @@ def oracle_miss(record: Record, order: Sequence[dict[str, Any]]) -> str | None:
     matches (in ``order``) reaches only the first kind of miss."""
     if replay_metrics(record, order)[1] != 0.0:  # the top is the oracle, or there is none
         return None
-    oracle = max(float(record["oracle_by_name"]), float(order[0].get("accuracy", 0.0)))
     # The checked matches as ``order`` has them: a rule that reads the wide ranking checked more.
     checked = [row["id"] for row in order if row.get("checked") and row.get("beats_chance")]
-    reaching = [row for row in order if float(row.get("accuracy", 0.0)) >= oracle - 0.01]
     # No match reaches it through the map chosen for it: where the oracle's own learnware stands
     # (records since 2026-12-07 name it; before, such a user counts as never checked).
-    best = (
-        reaching[0]
-        if reaching
-        else next((row for row in order if row["id"] == record.get("oracle_id")), None)
+    best = _first_reaching(record, order) or next(
+        (row for row in order if row["id"] == record.get("oracle_id")), None
     )
     if best is None:
         return MISSES[3]  # beyond the recorded matches: never checked
@@ -426,8 +429,7 @@ def examples_favour_the_top(record: Record, order: Sequence[dict[str, Any]]) -> 
     """Whether the user's own examples bear out the top match at least as well as the first
     learnware as good as the oracle (accuracy and log-likelihood both): a miss no reading of the
     examples could mend, only what else is known of the matches (their specs, their agreement)."""
-    oracle = max(float(record["oracle_by_name"]), float(order[0].get("accuracy", 0.0)))
-    best = next((row for row in order if float(row.get("accuracy", 0.0)) >= oracle - 0.01), None)
+    best = _first_reaching(record, order)
     top, theirs = order[0].get("shot"), None if best is None else best.get("shot")
     if top is None or theirs is None:
         return False

@@ -88,7 +88,7 @@ def layer_of(module: str) -> int:
     """The layer a module of app/ or workers/ belongs to (an index into LAYERS)."""
     if _within(module, ("app.ml",)):
         return 0
-    if module in ("app", "app.errors", "app.settings"):
+    if module in ("app", "app.errors", "app.settings", "app.children"):
         return 1
     if _within(module, ("app.db", "app.storage")) or module in INFRASTRUCTURE:
         return 2

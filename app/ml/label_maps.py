@@ -81,25 +81,25 @@ def labels_are_codes(names: Sequence[str]) -> bool:
     return all(_CODE.match(normalise_label(n)) for n in names)
 
 
+def _lettered(names: Sequence[str]) -> bool:
+    """Names with no number in them: among codes (`labels_are_codes`), single letters."""
+    return all(_TRAILING_NUMBER.search(normalise_label(name)) is None for name in names)
+
+
 def _code_numbers(names: Sequence[str]) -> list[int] | None:
     """The numbers of numbered codes ("3", "LABEL_3", "class 3"), or of letter codes counted
     from A as 0 ("A", "b": a list or an answer sheet keeps its classes' order as numbers do),
     distinct; None otherwise, or where numbers and letters are mixed."""
     if not labels_are_codes(names):
         return None
-    found = [_TRAILING_NUMBER.search(normalise_label(name)) for name in names]
-    if all(f is not None for f in found):
-        numbers = [int(f.group()) for f in found if f is not None]
-    elif all(f is None for f in found):  # letters: labels_are_codes let single letters through
+    if _lettered(names):
         numbers = [ord(normalise_label(name)) - ord("a") for name in names]
     else:
-        return None
+        found = [_TRAILING_NUMBER.search(normalise_label(name)) for name in names]
+        if any(f is None for f in found):
+            return None  # letters and numbers mixed
+        numbers = [int(f.group()) for f in found if f is not None]
     return numbers if len(set(numbers)) == len(numbers) else None
-
-
-def _lettered(names: Sequence[str]) -> bool:
-    """Codes that are letters, not numbers (`_code_numbers` reads them from A as 0)."""
-    return all(_TRAILING_NUMBER.search(normalise_label(name)) is None for name in names)
 
 
 def code_order(user_names: Sequence[str], model_names: Sequence[str]) -> tuple[int, ...] | None:

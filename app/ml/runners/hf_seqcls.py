@@ -11,6 +11,7 @@ from app.ml.errors import InvalidPackage
 from app.ml.package_content import check_safetensors_files, check_transformers_dir, check_tree, config_errors
 from app.ml.packages import LearnwarePackage
 from app.ml.runners.base import Runner
+from app.ml.runners.shared_body import SharedBody, share_body
 
 
 class HfSeqClsRunner(Runner):
@@ -60,6 +61,8 @@ class HfSeqClsRunner(Runner):
                     f"model weights have {len(keys)} {kind.replace('_', ' ')}, e.g. {keys[0]}"
                 )
         self.model = model.to(self.device).eval()
+        # Probes on one frozen encoder share it: its weights once, its outputs reused (`shared_body`).
+        self.shared: SharedBody | None = share_body(self.model, self.device)
         limit = getattr(config, "max_position_embeddings", None)
         self.max_tokens = min(max_tokens, int(limit)) if isinstance(limit, int) and limit > 8 else max_tokens
 

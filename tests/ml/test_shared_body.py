@@ -1,0 +1,120 @@
+"""Sequence classifiers on one encoder share it: one copy of its weights, its outputs reused,
+the answers exactly those of each model on its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import AutoTokenizer, BertForSequenceClassification
+
+from app.ml.data import TextTask
+from app.ml.packages import files_under
+from app.ml.runners import HfSeqClsRunner, load_runner
+from app.ml.runners.shared_body import OUTPUTS as BODY_OUTPUTS
+from app.ml.runners.shared_body import BodyOutputs, SharedBody, body_fingerprint, share_body
+
+from .test_runners import NAMES, package_of, write_seqcls
+
+
+def probe(tmp_path: Path, base_dir: Path, name: str, num_labels: int, seed: int) -> HfSeqClsRunner:
+    """A sequence classifier of ``num_labels`` on the tiny encoder, its head drawn from ``seed``."""
+    folder = tmp_path / name / "model"
+    model = write_seqcls(base_dir, folder, num_labels)
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        model.classifier.weight.normal_(0, 1)
+    model.save_pretrained(folder)
+    runner = load_runner(
+        package_of(
+            tmp_path / name,
+            {"model_format": "hf-seqcls", "label_names": NAMES[:num_labels]},
+            dict(files_under(folder, "model")),
+        )
+    )
+    assert isinstance(runner, HfSeqClsRunner)
+    return runner
+
+
+def own_answers(folder: Path, texts: list[str]) -> np.ndarray:
+    """The model's probabilities on its own, as transformers runs it."""
+    model = BertForSequenceClassification.from_pretrained(folder).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    with torch.no_grad():
+        enc = tokenizer(texts, padding=True, return_tensors="pt")
+        return torch.softmax(model(**enc).logits, dim=-1).numpy()
+
+
+def test_probes_on_one_encoder_share_it_and_answer_as_on_their_own(
+    tmp_path: Path, tiny_base_dir: Path, tiny_test_task: TextTask
+) -> None:
+    first = probe(tmp_path, tiny_base_dir, "first", 3, seed=1)
+    second = probe(tmp_path, tiny_base_dir, "second", 2, seed=2)
+    assert first.shared is not None and first.shared is second.shared
+    assert first.model.bert is second.model.bert  # one copy of the encoder's weights
+
+    texts = tiny_test_task.texts
+    BODY_OUTPUTS.clear()
+    hits = BODY_OUTPUTS.hits
+    one = first.predict(texts, batch_size=4)
+    assert BODY_OUTPUTS.hits == hits  # the first probe runs the encoder
+    two = second.predict(texts, batch_size=4)
+    assert BODY_OUTPUTS.hits > hits  # the second reads what it answered
+
+    for runner, answers, name in ((first, one, "first"), (second, two, "second")):
+        assert answers.probs is not None
+        expected = own_answers(tmp_path / name / "model", texts)
+        np.testing.assert_allclose(answers.probs, expected, atol=1e-5)
+        assert answers.probs.shape == (len(texts), len(runner.label_names))
+    assert one.probs is not None and two.probs is not None
+    assert not np.allclose(one.probs[:, :2], two.probs)  # two heads, two answers
+
+
+def test_an_encoder_changed_by_one_value_is_not_shared(
+    tmp_path: Path, tiny_base_dir: Path, tiny_test_task: TextTask
+) -> None:
+    first = probe(tmp_path, tiny_base_dir, "first", 3, seed=1)
+    folder = tmp_path / "tuned" / "model"
+    model = write_seqcls(tiny_base_dir, folder, 3)
+    query = model.get_parameter("bert.encoder.layer.0.attention.self.query.weight")
+    with torch.no_grad():
+        query[0, 0] += 1e-3
+    model.save_pretrained(folder)
+    tuned = load_runner(
+        package_of(tmp_path / "tuned", {"model_format": "hf-seqcls"}, dict(files_under(folder, "model")))
+    )
+    assert isinstance(tuned, HfSeqClsRunner)
+    assert tuned.shared is not None and tuned.shared is not first.shared
+
+    BODY_OUTPUTS.clear()
+    first.predict(tiny_test_task.texts, batch_size=4)
+    answers = tuned.predict(tiny_test_task.texts, batch_size=4)
+    assert answers.probs is not None
+    np.testing.assert_allclose(answers.probs, own_answers(folder, tiny_test_task.texts), atol=1e-5)
+
+
+def test_the_fingerprint_ignores_the_classification_fields_only(tiny_base_dir: Path) -> None:
+    three = BertForSequenceClassification.from_pretrained(tiny_base_dir, num_labels=3).eval()
+    two = BertForSequenceClassification.from_pretrained(tiny_base_dir, num_labels=2).eval()
+    cpu = torch.device("cpu")
+    assert body_fingerprint(three.bert, three.config, cpu) == body_fingerprint(two.bert, two.config, cpu)
+    two.config.layer_norm_eps = 1e-3  # read by the encoder itself
+    assert body_fingerprint(three.bert, three.config, cpu) != body_fingerprint(two.bert, two.config, cpu)
+
+
+def test_share_body_leaves_a_model_without_a_separate_encoder_alone() -> None:
+    flat = torch.nn.Linear(2, 2)
+    assert share_body(flat, torch.device("cpu")) is None
+    assert isinstance(flat, torch.nn.Linear)
+
+
+def test_remembered_outputs_stay_within_their_bytes() -> None:
+    outputs = BodyOutputs(capacity_bytes=3 * 4 * 100)  # three tensors of 100 float32
+    for i in range(5):
+        outputs.put(("k", i), (torch.zeros(100),))
+    assert len(outputs) == 3
+    assert outputs.get(("k", 0)) is None and outputs.get(("k", 4)) is not None
+    outputs.put(("huge",), torch.zeros(1000))  # larger than the whole capacity: not kept
+    assert outputs.get(("huge",)) is None and len(outputs) == 3
+    assert isinstance(SharedBody(torch.nn.Identity(), "x").body, torch.nn.Identity)

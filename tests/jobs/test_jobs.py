@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 from app.db.base import utcnow
 from app.db.models import Job, JobState, Learnware, LearnwareStatus
 from app.jobs import service
+from app.jobs.endpoints import poll_interval
 from app.jobs.service import JobLost
 from app.runtime import Runtime
 from tests.fixtures.service import Keys, broker_messages
@@ -162,3 +163,10 @@ def test_the_progress_stream_reports_until_the_job_ends(
     event = json.loads(lines[-1][5:])
     assert event["state"] == "succeeded" and event["result"] == {"answer": 42} and event["progress"] == 1.0
     assert client.get(f"/v1/jobs/{queued['job_id']}/events", headers=keys.auth("user")).status_code == 403
+
+
+def test_the_event_stream_reads_a_short_job_often_and_a_long_one_twice_a_second() -> None:
+    waits = [poll_interval(t) for t in (0.0, 1.0, 5.0, 10.0, 60.0, 600.0)]
+    assert waits[0] == pytest.approx(0.1)
+    assert waits == sorted(waits)  # never faster as the job goes on
+    assert waits[-1] == waits[-2] == waits[-3] == pytest.approx(0.5)

@@ -122,8 +122,9 @@ class Settings(BaseSettings):
     shot_check_loaded_models: int = Field(default=24, ge=0)
     """A worker process keeps this many of the models it checked last loaded, so a task that checks
     them again does not fetch, extract and load them again (0: load each time). A MiniLM-sized
-    classifier holds ~90 MB; a TF-IDF ONNX model a few MB; LoRA and pooled-linear models share
-    their base (docs/benchmarks/task-latency.md)."""
+    classifier holds ~90 MB, classifiers on one same encoder (linear probes) hold it once
+    (`app.ml.runners.shared_body`); a TF-IDF ONNX model a few MB; LoRA and pooled-linear models
+    share their base (docs/benchmarks/task-latency.md)."""
     shot_check_warm_models: int = Field(default=24, ge=0)
     """At start, a worker process loads in the background the models its dock's recent tasks
     checked most often, this many at most (and no more than ``shot_check_loaded_models``: by

@@ -4,16 +4,24 @@ the answers exactly those of each model on its own."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
-from transformers import AutoTokenizer, BertForSequenceClassification
+from transformers import AutoTokenizer, BertForSequenceClassification, BertModel
 
 from app.ml.data import TextTask
 from app.ml.packages import files_under
 from app.ml.runners import HfSeqClsRunner, load_runner
-from app.ml.runners.shared_body import OUTPUTS as BODY_OUTPUTS
-from app.ml.runners.shared_body import BodyOutputs, SharedBody, body_fingerprint, share_body
+from app.ml.runners.shared_body import (
+    OUTPUTS,
+    TEXT_ROWS,
+    BodyOutputs,
+    SharedBody,
+    body_fingerprint,
+    reads_first_token_only,
+    share_body,
+)
 
 from .test_runners import NAMES, package_of, write_seqcls
 
@@ -51,16 +59,18 @@ def test_probes_on_one_encoder_share_it_and_answer_as_on_their_own(
 ) -> None:
     first = probe(tmp_path, tiny_base_dir, "first", 3, seed=1)
     second = probe(tmp_path, tiny_base_dir, "second", 2, seed=2)
-    assert first.shared is not None and first.shared is second.shared
-    assert first.model.bert is second.model.bert  # one copy of the encoder's weights
+    assert first.shared is not None and second.shared is not None
+    assert first.shared.body is second.shared.body  # one copy of the encoder's weights
+    assert first.shared.by_text and second.shared.by_text  # BERT's head reads the pooled output only
 
     texts = tiny_test_task.texts
-    BODY_OUTPUTS.clear()
-    hits = BODY_OUTPUTS.hits
+    TEXT_ROWS.clear()
+    hits = TEXT_ROWS.hits
     one = first.predict(texts, batch_size=4)
-    assert BODY_OUTPUTS.hits == hits  # the first probe runs the encoder
+    assert TEXT_ROWS.hits == hits  # the first probe runs the encoder
+    two = second.predict(texts[::-1], batch_size=3)  # other batches: the same texts
+    assert TEXT_ROWS.hits - hits == len(set(texts))  # the second reads what it answered, text by text
     two = second.predict(texts, batch_size=4)
-    assert BODY_OUTPUTS.hits > hits  # the second reads what it answered
 
     for runner, answers, name in ((first, one, "first"), (second, two, "second")):
         assert answers.probs is not None
@@ -87,7 +97,7 @@ def test_an_encoder_changed_by_one_value_is_not_shared(
     assert isinstance(tuned, HfSeqClsRunner)
     assert tuned.shared is not None and tuned.shared is not first.shared
 
-    BODY_OUTPUTS.clear()
+    TEXT_ROWS.clear()
     first.predict(tiny_test_task.texts, batch_size=4)
     answers = tuned.predict(tiny_test_task.texts, batch_size=4)
     assert answers.probs is not None
@@ -118,3 +128,48 @@ def test_remembered_outputs_stay_within_their_bytes() -> None:
     outputs.put(("huge",), torch.zeros(1000))  # larger than the whole capacity: not kept
     assert outputs.get(("huge",)) is None and len(outputs) == 3
     assert isinstance(SharedBody(torch.nn.Identity(), "x").body, torch.nn.Identity)
+
+
+class Pooled(torch.nn.Module):
+    """A classifier on an encoder that reads its last hidden state as ``read`` says."""
+
+    base_model_prefix = "encoder"
+
+    def __init__(self, encoder: torch.nn.Module, read: str) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.read = read
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> SimpleNamespace:
+        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        if self.read == "first":
+            return SimpleNamespace(logits=hidden[:, 0, :3])
+        weights = attention_mask[..., None].float()
+        return SimpleNamespace(logits=((hidden * weights).sum(1) / weights.sum(1))[:, :3])
+
+
+def test_text_by_text_only_for_a_head_that_reads_the_first_token(
+    tiny_base_dir: Path, tiny_test_task: TextTask
+) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(tiny_base_dir)
+    batch = tokenizer(["a", "a longer text of several words"], padding=True, return_tensors="pt")
+    cpu = torch.device("cpu")
+    first = Pooled(BertModel.from_pretrained(tiny_base_dir).eval(), "first")
+    mean = Pooled(BertModel.from_pretrained(tiny_base_dir).eval(), "mean")
+    first_body, mean_body = share_body(first, cpu), share_body(mean, cpu)
+    assert first_body is not None and mean_body is not None
+    assert reads_first_token_only(first, first_body, batch["input_ids"], batch["attention_mask"])
+    assert not reads_first_token_only(mean, mean_body, batch["input_ids"], batch["attention_mask"])
+
+    # The mean-pooling head keeps whole batches, and answers as its encoder alone does.
+    OUTPUTS.clear()
+    enc = tokenizer(tiny_test_task.texts[:6], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        shared = mean(enc["input_ids"], enc["attention_mask"]).logits
+        again = mean(enc["input_ids"], enc["attention_mask"]).logits
+        plain = Pooled(BertModel.from_pretrained(tiny_base_dir).eval(), "mean")(
+            enc["input_ids"], enc["attention_mask"]
+        ).logits
+    assert OUTPUTS.hits >= 1
+    torch.testing.assert_close(shared, plain)
+    torch.testing.assert_close(again, plain)

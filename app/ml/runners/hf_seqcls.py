@@ -11,7 +11,11 @@ from app.ml.errors import InvalidPackage
 from app.ml.package_content import check_safetensors_files, check_transformers_dir, check_tree, config_errors
 from app.ml.packages import LearnwarePackage
 from app.ml.runners.base import Runner
-from app.ml.runners.shared_body import SharedBody, share_body
+from app.ml.runners.shared_body import SharedBody, reads_first_token_only, share_body
+
+FIRST_TOKEN_PROBE = ("a", "a longer text, of several words, to tell what the head reads")
+"""Two texts of different lengths, padded to one batch, on which a loaded model is run twice: as it
+is, and with its encoder's output zero but for the first token (`reads_first_token_only`)."""
 
 
 class HfSeqClsRunner(Runner):
@@ -61,8 +65,12 @@ class HfSeqClsRunner(Runner):
                     f"model weights have {len(keys)} {kind.replace('_', ' ')}, e.g. {keys[0]}"
                 )
         self.model = model.to(self.device).eval()
-        # Probes on one frozen encoder share it: its weights once, its outputs reused (`shared_body`).
+        # Probes on one frozen encoder share it: its weights once, its outputs reused (`shared_body`),
+        # text by text where the head reads only the first token and the pooled output.
         self.shared: SharedBody | None = share_body(self.model, self.device)
+        if self.shared is not None:
+            probe = self.tokenizer(list(FIRST_TOKEN_PROBE), padding=True, return_tensors="pt").to(self.device)
+            reads_first_token_only(self.model, self.shared, probe["input_ids"], probe["attention_mask"])
         limit = getattr(config, "max_position_embeddings", None)
         self.max_tokens = min(max_tokens, int(limit)) if isinstance(limit, int) and limit > 8 else max_tokens
 

@@ -13,6 +13,12 @@ Exact by construction: the key is the encoder's weights, its configuration (less
 classification fields) and the token ids of the batch itself, so two tokenizers that split a
 text differently never share an answer, and a probe whose encoder was fine-tuned by a single
 value has a different fingerprint.
+
+Where a model's head reads nothing of the encoder's output but its first token and its pooled
+output (BERT's, RoBERTa's and most sequence classifiers' heads; `reads_first_token_only` checks
+it on the model itself when the runner loads it), the encoder's answer is also remembered text by
+text (`TEXT_ROWS`): an agreement check pools the declared inputs of whichever learnwares it runs,
+and a text one probe ran is not run again for another, whatever batch it comes in.
 """
 
 from __future__ import annotations
@@ -26,12 +32,18 @@ from typing import Any
 
 import torch
 from torch import nn
+from transformers.modeling_outputs import BaseModelOutputWithPooling
 
 BODY_OUTPUTS_BYTES = 256 * 2**20
 """At most this many bytes of encoder outputs are remembered per process (least recently used
 go first). One batch of 32 texts of 128 tokens from a 384-wide encoder is 6.3 MB; a shot check
 of 20 probes on 64 examples, or an agreement check on 240 declared inputs (48 MB), fits whole
 (a cost cap, not a choice on any benchmark)."""
+
+TEXT_ROWS_BYTES = 64 * 2**20
+"""At most this many bytes of per-text encoder rows (first token and pooled output) are
+remembered per process: 3 KB a text for a 384-wide encoder, some 20,000 texts (a memory cap, not
+a choice on any benchmark)."""
 
 HEAD_ONLY_CONFIG = frozenset(
     {
@@ -140,21 +152,37 @@ class BodyOutputs:
 
 
 OUTPUTS = BodyOutputs()
-"""This process's remembered encoder outputs."""
+"""This process's remembered encoder outputs, by batch."""
+
+TEXT_ROWS = BodyOutputs(TEXT_ROWS_BYTES)
+"""This process's remembered encoder rows (first token, pooled output), by text."""
+
+_CALL_TENSORS = ("input_ids", "attention_mask", "token_type_ids")
+"""The tensors a call may carry for the encoder to answer it text by text; any other tensor
+(position ids, embeddings given in place of ids, a head mask) runs the call whole."""
 
 
 class SharedBody(nn.Module):
-    """An encoder that answers a call it has answered before from `OUTPUTS`. Called exactly as
-    the encoder it wraps (the classification model's forward calls it in the encoder's place);
-    its outputs are shared between the models that carry it, so they are read, never written."""
+    """A model's encoder, shared with the other models that carry the same one: a call it has
+    answered before is answered from `OUTPUTS` (and, with ``by_text``, text by text from
+    `TEXT_ROWS`). Called exactly as the encoder it stands for (the classification model's forward
+    calls it in the encoder's place); its outputs are shared between those models, so they are
+    read, never written."""
 
     def __init__(self, body: nn.Module, fingerprint: str) -> None:
         super().__init__()
         self.body = body
         self.fingerprint = fingerprint
         self.config = getattr(body, "config", None)
+        self.by_text = False
+        """Whether calls are answered text by text, with every row of the encoder's last hidden
+        state zero but the first (set where the model's head was seen to read nothing else:
+        `reads_first_token_only`)."""
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        call = _by_text_call(args, kwargs) if self.by_text else None
+        if call is not None:
+            return self._by_text(*call)
         key = (
             self.fingerprint,
             tuple(_key_part(a) for a in args),
@@ -167,15 +195,116 @@ class SharedBody(nn.Module):
         OUTPUTS.put(key, answered)
         return answered
 
+    def _by_text(
+        self, tensors: dict[str, torch.Tensor], options: dict[str, Any]
+    ) -> BaseModelOutputWithPooling:
+        """The encoder's answer to a batch, each text's first-token row and pooled output
+        remembered by its own token ids (the padding left out), only the texts not yet seen run."""
+        ids = tensors["input_ids"]
+        mask = tensors.get("attention_mask")
+        if mask is None:
+            mask = torch.ones_like(ids)
+        real = mask.bool()
+        settings = tuple(sorted((k, _key_part(v)) for k, v in options.items()))
+        keys = [
+            (
+                self.fingerprint,
+                settings,
+                tuple(
+                    _key_part(t[row][real[row]])
+                    for name, t in sorted(tensors.items())
+                    if name != "attention_mask"
+                ),
+            )
+            for row in range(ids.shape[0])
+        ]
+        rows: list[tuple[torch.Tensor, torch.Tensor | None] | None] = [TEXT_ROWS.get(k) for k in keys]
+        missing = [i for i, found in enumerate(rows) if found is None]
+        if missing:
+            which = torch.tensor(missing, device=ids.device)
+            answered = self.body(**{name: t[which] for name, t in tensors.items()}, **options)
+            first = answered.last_hidden_state[:, 0]
+            pooled = getattr(answered, "pooler_output", None)
+            for j, i in enumerate(missing):
+                row = (first[j].clone(), None if pooled is None else pooled[j].clone())
+                rows[i] = row
+                TEXT_ROWS.put(keys[i], row)
+        known = [r for r in rows if r is not None]
+        firsts = torch.stack([r[0] for r in known])
+        hidden = firsts.new_zeros((ids.shape[0], ids.shape[1], firsts.shape[-1]))
+        hidden[:, 0] = firsts
+        pooled_rows = [r[1] for r in known if r[1] is not None]
+        pooler = torch.stack(pooled_rows) if len(pooled_rows) == len(known) else None
+        return BaseModelOutputWithPooling(last_hidden_state=hidden, pooler_output=pooler)
 
-_BODIES: weakref.WeakValueDictionary[str, SharedBody] = weakref.WeakValueDictionary()
+
+def _by_text_call(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]] | None:
+    """A call's tensors (token ids, attention mask, token types) and its plain options, where the
+    call can be answered text by text; None where it carries anything else (position ids, input
+    embeddings, a head mask, a request for attentions or every layer's states)."""
+    if len(args) > 1:
+        return None
+    given = dict(kwargs)
+    if args:
+        if "input_ids" in given:
+            return None
+        given["input_ids"] = args[0]
+    tensors: dict[str, torch.Tensor] = {}
+    options: dict[str, Any] = {}
+    for name, value in given.items():
+        if isinstance(value, torch.Tensor):
+            if name not in _CALL_TENSORS:
+                return None
+            tensors[name] = value
+        elif value is None:
+            continue
+        elif name in ("output_attentions", "output_hidden_states", "use_cache"):
+            if value:
+                return None
+        elif isinstance(value, (bool, int, float, str)):
+            options[name] = value
+        else:
+            return None
+    ids = tensors.get("input_ids")
+    if ids is None or ids.dim() != 2 or any(t.shape != ids.shape for t in tensors.values()):
+        return None
+    return tensors, options
+
+
+def reads_first_token_only(
+    model: nn.Module, shared: SharedBody, input_ids: torch.Tensor, attention_mask: torch.Tensor
+) -> bool:
+    """Whether ``model`` (its encoder ``shared``) gives the same logits on a batch when the
+    encoder's last hidden state is zero but for the first token (its pooled output kept): then its
+    head reads nothing else, and the encoder may answer it text by text. Leaves ``shared.by_text``
+    set to the answer. Checked on ``input_ids`` of texts of different lengths, padded."""
+    shared.by_text = False
+    with torch.no_grad():
+        whole = model(input_ids=input_ids, attention_mask=attention_mask).logits
+        shared.by_text = True
+        try:
+            rows = model(input_ids=input_ids, attention_mask=attention_mask).logits
+        except (TypeError, AttributeError, IndexError, RuntimeError):
+            rows = None
+    shared.by_text = (
+        rows is not None
+        and rows.shape == whole.shape
+        and bool(torch.allclose(rows, whole, atol=1e-5, rtol=1e-4))
+    )
+    return shared.by_text
+
+
+_BODIES: weakref.WeakValueDictionary[str, nn.Module] = weakref.WeakValueDictionary()
+"""Each encoder fingerprint's one module in this process, while a model carries it."""
 _BODIES_LOCK = threading.Lock()
 
 
 def share_body(model: nn.Module, device: torch.device) -> SharedBody | None:
-    """Put the process's `SharedBody` of ``model``'s encoder in the encoder's place (the first
-    model with that encoder provides it; the others' own copies are dropped). None, and
-    ``model`` untouched, where it has no separate encoder (``base_model`` is itself)."""
+    """Put a `SharedBody` in the place of ``model``'s encoder, around the process's one module of
+    that encoder (the first model with it provides it; the others' own copies are dropped). None,
+    and ``model`` untouched, where it has no separate encoder (``base_model`` is itself)."""
     prefix = getattr(model, "base_model_prefix", "")
     body = getattr(model, prefix, None) if prefix else None
     if not isinstance(body, nn.Module) or body is model:
@@ -184,9 +313,9 @@ def share_body(model: nn.Module, device: torch.device) -> SharedBody | None:
         return body
     fingerprint = body_fingerprint(body, getattr(model, "config", None) or body.config, device)
     with _BODIES_LOCK:
-        shared = _BODIES.get(fingerprint)
-        if shared is None:
-            shared = SharedBody(body, fingerprint)
-            _BODIES[fingerprint] = shared
+        kept = _BODIES.get(fingerprint)
+        if kept is None:
+            kept = _BODIES[fingerprint] = body
+    shared = SharedBody(kept, fingerprint)
     setattr(model, prefix, shared)
     return shared

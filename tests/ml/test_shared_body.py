@@ -3,6 +3,8 @@ the answers exactly those of each model on its own."""
 
 from __future__ import annotations
 
+import gc
+import weakref
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -173,3 +175,16 @@ def test_text_by_text_only_for_a_head_that_reads_the_first_token(
     assert OUTPUTS.hits >= 1
     torch.testing.assert_close(shared, plain)
     torch.testing.assert_close(again, plain)
+
+
+def test_a_dropped_encoder_is_freed_and_the_head_kept(tiny_base_dir: Path) -> None:
+    cpu = torch.device("cpu")
+    first = BertForSequenceClassification.from_pretrained(tiny_base_dir, num_labels=3).eval()
+    second = BertForSequenceClassification.from_pretrained(tiny_base_dir, num_labels=2).eval()
+    head = second.classifier.weight.detach().clone()
+    own_encoder = weakref.ref(second.bert)
+    kept, dropped = share_body(first, cpu), share_body(second, cpu)
+    assert kept is not None and dropped is not None and dropped.body is kept.body
+    gc.collect()
+    assert own_encoder() is None  # nothing holds the second copy of the encoder
+    torch.testing.assert_close(second.classifier.weight.detach(), head)

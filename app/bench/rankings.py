@@ -292,6 +292,65 @@ def best_checked(record: Record) -> list[dict[str, Any]]:
     return [best] + [row for row in record["ranked"] if row["id"] != best["id"]]
 
 
+_TIER_ORDER = {"labels-by-name": 0, "label-map": 1, "cannot-answer": 2}
+
+
+def chance_margin(nats: float | None) -> Rule:
+    """The agreement rule with "better than chance" asking for evidence: a checked match counts as
+    better than a guess only where its summed shot score beats the guess's by more than ``nats``
+    (None: log of the number checked, so that of k checked matches no better than a guess, one is
+    let through on average by Markov's bound on their likelihood ratios). Those that fall short
+    join the service's third group, in the spec's order (tier, then score); the first `PEERS`
+    left are ordered by shot score plus κ among them, as `agreement_added`. At ``nats`` 0 it is the
+    service's rule (`service` on the records, top for top). Tried 2026-12-08, not kept."""
+
+    def rule(record: Record) -> list[dict[str, Any]]:
+        rows = [row for row in record["ranked"] if "key" in row]
+        unrecorded = [row for row in record["ranked"] if "key" not in row]
+        n, guess = int(record["n_examples"]), math.log(1.0 / int(record["n_labels"]))
+        checked = [row for row in rows if row.get("checked")]
+        margin = math.log(max(1, len(checked))) if nats is None else nats
+        for row in checked:
+            if row.get("shot") is None:
+                raise ValueError(f"{record['task']}: checked match {row['id']} has no shot score")
+
+        def group(row: dict[str, Any]) -> int:
+            if row["tier"] == "cannot-answer":
+                return 4
+            if row.get("checked"):
+                return 0 if n * (float(row["shot"]["score"]) - guess) > margin + 1e-9 else 2
+            return 1 if row.get("map_how") is not None else 3
+
+        def shot(row: dict[str, Any]) -> tuple[float, float, float]:
+            return (
+                float(row["shot"]["score"]),
+                float(row["shot"]["accuracy"]),
+                float(row["shot"]["confidence"]),
+            )
+
+        first = sorted((row for row in rows if group(row) == 0), key=shot, reverse=True)
+        kappas = (
+            peer_kappas(record, [row["id"] for row in first[:PEERS]]) if record.get("peer_answers") else {}
+        )
+        if len(first) >= 2 and kappas:
+            neutral = float(np.mean(list(kappas.values())))
+            head = sorted(
+                first[:PEERS],
+                key=lambda row: float(row["shot"]["score"]) + kappas.get(row["id"], neutral),
+                reverse=True,
+            )
+            first = head + first[PEERS:]
+        unchecked = [row for row in rows if group(row) == 1]
+        failed = sorted(
+            (row for row in rows if group(row) == 2),
+            key=lambda row: (_TIER_ORDER[row["tier"]], -float(row["cosine"])),
+        )
+        rest = [row for row in rows if group(row) == 3] + [row for row in rows if group(row) == 4]
+        return first + unchecked + failed + rest + unrecorded
+
+    return rule
+
+
 RULES: dict[str, Rule] = {
     "service": service,
     "shot-score": shot_key(lambda s: s["score"]),
@@ -319,14 +378,22 @@ def on_wide(rule: Rule) -> Rule:
 
 def rule_named(name: str) -> Rule:
     """A rule of `RULES`, or ``weighed:FEATURE=WEIGHT,…`` (`weighed`; shot score 1 unless named),
-    e.g. ``weighed:κ=0.8,cosine=0.2``, or either prefixed ``wide:`` (`on_wide`)."""
+    e.g. ``weighed:κ=0.8,cosine=0.2``, or ``chance-margin:NATS`` or ``chance-margin:log-k``
+    (`chance_margin`), or any of them prefixed ``wide:`` (`on_wide`)."""
     if name.startswith("wide:"):
         return on_wide(rule_named(name.removeprefix("wide:")))
     if name in RULES:
         return RULES[name]
+    if name.startswith("chance-margin:"):
+        value = name.removeprefix("chance-margin:")
+        try:
+            return chance_margin(None if value == "log-k" else float(value))
+        except ValueError:
+            raise KeyError(f"{name!r}: chance-margin takes a number of nats or log-k") from None
     if not name.startswith("weighed:"):
         raise KeyError(
-            f"unknown rule {name!r}; known: {list(RULES)}, weighed:FEATURE=WEIGHT,... or wide:RULE"
+            f"unknown rule {name!r}; known: {list(RULES)}, weighed:FEATURE=WEIGHT,..., "
+            "chance-margin:NATS or wide:RULE"
         )
     weights = {"shot score": 1.0}
     for part in name.removeprefix("weighed:").split(","):

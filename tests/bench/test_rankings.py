@@ -295,3 +295,18 @@ def test_flattery_compares_each_learnwares_examples_with_its_test_split() -> Non
         "| another task | lora | small5 | 1 | +0.050 |",
         "| own task | onnx | good | 2 | +0.150 |",
     ]
+
+
+def test_a_margin_over_chance_puts_a_hairs_breadth_win_behind_the_unchecked() -> None:
+    record = _record(**AGREEING)
+    # The third (3) beats a guess (log 0.5 = −0.693) by a hair: 16 × 0.003 nats in all.
+    record["ranked"][2]["shot"] = {**record["ranked"][2]["shot"], "score": -0.690}
+    at_zero = rule_named("chance-margin:0")(record)
+    assert [row["id"] for row in at_zero] == [row["id"] for row in agreement_added(1.0)(record)]
+    with_margin = [row["id"] for row in rule_named("chance-margin:1")(record)]
+    assert 3 in [row["id"] for row in at_zero[:3]] and set(with_margin[:2]) == {1, 2}
+    assert with_margin[2:] == [4, 3]  # behind the unchecked that answers by name
+    # log k: three checked, log 3 = 1.1 nats; the first two beat a guess by 7.9 and 7.1.
+    assert [row["id"] for row in rule_named("chance-margin:log-k")(record)][2:] == [4, 3]
+    with pytest.raises(KeyError, match="chance-margin takes"):
+        rule_named("chance-margin:lots")

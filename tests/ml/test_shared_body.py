@@ -162,6 +162,11 @@ def test_text_by_text_only_for_a_head_that_reads_the_first_token(
     assert first_body is not None and mean_body is not None
     assert reads_first_token_only(first, first_body, batch["input_ids"], batch["attention_mask"])
     assert not reads_first_token_only(mean, mean_body, batch["input_ids"], batch["attention_mask"])
+    # Padded on the left, the first token of a shorter text is a pad, and what the head reads
+    # there depends on the batch: whole batches only.
+    tokenizer.padding_side = "left"
+    left = tokenizer(["a", "a longer text of several words"], padding=True, return_tensors="pt")
+    assert not reads_first_token_only(first, first_body, left["input_ids"], left["attention_mask"])
 
     # The mean-pooling head keeps whole batches, and answers as its encoder alone does.
     OUTPUTS.clear()

@@ -277,15 +277,20 @@ def _by_text_call(
 def reads_first_token_only(
     model: nn.Module, shared: SharedBody, input_ids: torch.Tensor, attention_mask: torch.Tensor
 ) -> bool:
-    """Whether ``model`` (its encoder ``shared``) gives the same logits on a batch when the
-    encoder's last hidden state is zero but for the first token (its pooled output kept): then its
-    head reads nothing else, and the encoder may answer it text by text. Leaves ``shared.by_text``
-    set to the answer. Checked on ``input_ids`` of texts of different lengths, padded."""
+    """Whether ``model`` (its encoder ``shared``) gives the same logits on a padded batch of texts
+    of different lengths when its encoder answers text by text: each text's first-token row and
+    pooled output taken from the text run alone, unpadded, and the rest of the last hidden state
+    zero. Then its head reads nothing else, and what it reads does not depend on the batch (a
+    tokenizer that pads on the left puts a pad first, and fails), so the encoder may answer it
+    text by text. Leaves ``shared.by_text`` set to the answer."""
     shared.by_text = False
     with torch.no_grad():
         whole = model(input_ids=input_ids, attention_mask=attention_mask).logits
         shared.by_text = True
         try:
+            for row in range(input_ids.shape[0]):
+                real = attention_mask[row].bool()
+                model(input_ids=input_ids[row][real][None], attention_mask=attention_mask[row][real][None])
             rows = model(input_ids=input_ids, attention_mask=attention_mask).logits
         except (TypeError, AttributeError, IndexError, RuntimeError):
             rows = None

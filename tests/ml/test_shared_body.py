@@ -3,12 +3,14 @@ the answers exactly those of each model on its own."""
 
 from __future__ import annotations
 
+import copy
 import gc
 import weakref
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 import torch
 from transformers import AutoTokenizer, BertForSequenceClassification, BertModel
 
@@ -64,6 +66,7 @@ def test_probes_on_one_encoder_share_it_and_answer_as_on_their_own(
     assert first.shared is not None and second.shared is not None
     assert first.shared.body is second.shared.body  # one copy of the encoder's weights
     assert first.shared.by_text and second.shared.by_text  # BERT's head reads the pooled output only
+    assert first.model.bert.embeddings is first.shared.body.embeddings  # read through to the encoder
 
     texts = tiny_test_task.texts
     TEXT_ROWS.clear()
@@ -193,3 +196,13 @@ def test_a_dropped_encoder_is_freed_and_the_head_kept(tiny_base_dir: Path) -> No
     gc.collect()
     assert own_encoder() is None  # nothing holds the second copy of the encoder
     torch.testing.assert_close(second.classifier.weight.detach(), head)
+
+
+def test_a_shared_body_copies(tiny_base_dir: Path) -> None:
+    model = BertForSequenceClassification.from_pretrained(tiny_base_dir, num_labels=3).eval()
+    shared = share_body(model, torch.device("cpu"))
+    assert shared is not None
+    twin = copy.deepcopy(shared)
+    assert twin.fingerprint == shared.fingerprint and twin.body is not shared.body
+    with pytest.raises(AttributeError):
+        _ = shared.no_such_attribute

@@ -180,6 +180,17 @@ class SharedBody(nn.Module):
         state zero but the first (set where the model's head was seen to read nothing else:
         `reads_first_token_only`)."""
 
+    def __getattr__(self, name: str) -> Any:
+        # A model's forward may read its encoder's attributes (its embeddings, its dtype), not
+        # only call it: those of the encoder it stands for.
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            body = self.__dict__.get("_modules", {}).get("body")  # not yet there while copied
+            if body is None:
+                raise
+            return getattr(body, name)
+
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         call = _by_text_call(args, kwargs) if self.by_text else None
         if call is not None:

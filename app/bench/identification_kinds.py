@@ -578,11 +578,11 @@ def summarise(rows: Sequence[tuple[KindAndSeed, dict[str, Any]]]) -> dict[str, d
         for key in ("oracle_agreement_at1", "normalized_accuracy", "quality_filter", "hit_at1"):
             values = np.asarray([m[key] for _, m in mine], dtype=np.float64)
             entry[key] = float(np.nanmean(values)) if np.any(~np.isnan(values)) else float("nan")
-            per_seed = [
-                np.nanmean([m[key] for u, m in mine if u.seed == s and not np.isnan(m[key])] or [np.nan])
+            by_seed = [
+                [m[key] for u, m in mine if u.seed == s and not np.isnan(m[key])]
                 for s in sorted({u.seed for u, _ in mine})
             ]
-            per_seed = [v for v in per_seed if not np.isnan(v)]
+            per_seed = [float(np.mean(seed)) for seed in by_seed if seed]  # a seed with no value is left out
             entry[f"{key}_spread"] = float(np.std(per_seed)) if len(per_seed) > 1 else 0.0
         out[kind] = entry
     kinds = list(out)

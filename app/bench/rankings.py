@@ -300,53 +300,36 @@ def chance_margin(nats: float | None) -> Rule:
     better than a guess only where its summed shot score beats the guess's by more than ``nats``
     (None: log of the number checked, so that of k checked matches no better than a guess, one is
     let through on average by Markov's bound on their likelihood ratios). Those that fall short
-    join the service's third group, in the spec's order (tier, then score); the first `PEERS`
-    left are ordered by shot score plus κ among them, as `agreement_added`. At ``nats`` 0 it is the
-    service's rule (`service` on the records, top for top). Tried 2026-12-08, not kept."""
+    join the service's third group, in the spec's order (tier, then score); the rest is
+    `agreement_added` on that order. At ``nats`` 0 it is the agreement rule, top for top. Tried
+    2026-12-08, not kept."""
 
     def rule(record: Record) -> list[dict[str, Any]]:
         rows = [row for row in record["ranked"] if "key" in row]
         unrecorded = [row for row in record["ranked"] if "key" not in row]
         n, guess = int(record["n_examples"]), math.log(1.0 / int(record["n_labels"]))
-        checked = [row for row in rows if row.get("checked")]
-        margin = math.log(max(1, len(checked))) if nats is None else nats
-        for row in checked:
-            if row.get("shot") is None:
-                raise ValueError(f"{record['task']}: checked match {row['id']} has no shot score")
+        margin = math.log(max(1, sum(1 for row in rows if row.get("checked")))) if nats is None else nats
+
+        def beats(row: dict[str, Any]) -> bool:
+            return bool(row.get("checked")) and n * (float(row["shot"]["score"]) - guess) > margin + 1e-9
 
         def group(row: dict[str, Any]) -> int:
             if row["tier"] == "cannot-answer":
                 return 4
             if row.get("checked"):
-                return 0 if n * (float(row["shot"]["score"]) - guess) > margin + 1e-9 else 2
+                return 0 if beats(row) else 2
             return 1 if row.get("map_how") is not None else 3
 
-        def shot(row: dict[str, Any]) -> tuple[float, float, float]:
-            return (
-                float(row["shot"]["score"]),
-                float(row["shot"]["accuracy"]),
-                float(row["shot"]["confidence"]),
-            )
-
-        first = sorted((row for row in rows if group(row) == 0), key=shot, reverse=True)
-        kappas = (
-            peer_kappas(record, [row["id"] for row in first[:PEERS]]) if record.get("peer_answers") else {}
+        regrouped = sorted(
+            ({**row, "beats_chance": beats(row)} for row in rows),
+            key=lambda row: (
+                group(row),
+                # by shot score in the first group, in the spec's order in the third, as recorded else
+                -float(row["shot"]["score"]) if group(row) == 0 else 0.0,
+                (_TIER_ORDER[row["tier"]], -float(row["cosine"])) if group(row) == 2 else (0, 0.0),
+            ),
         )
-        if len(first) >= 2 and kappas:
-            neutral = float(np.mean(list(kappas.values())))
-            head = sorted(
-                first[:PEERS],
-                key=lambda row: float(row["shot"]["score"]) + kappas.get(row["id"], neutral),
-                reverse=True,
-            )
-            first = head + first[PEERS:]
-        unchecked = [row for row in rows if group(row) == 1]
-        failed = sorted(
-            (row for row in rows if group(row) == 2),
-            key=lambda row: (_TIER_ORDER[row["tier"]], -float(row["cosine"])),
-        )
-        rest = [row for row in rows if group(row) == 3] + [row for row in rows if group(row) == 4]
-        return first + unchecked + failed + rest + unrecorded
+        return agreement_added(1.0)({**record, "ranked": regrouped + unrecorded})
 
     return rule
 

@@ -67,6 +67,7 @@ def test_probes_on_one_encoder_share_it_and_answer_as_on_their_own(
     assert first.shared.body is second.shared.body  # one copy of the encoder's weights
     assert first.shared.by_text and second.shared.by_text  # BERT's head reads the pooled output only
     assert first.model.bert.embeddings is first.shared.body.embeddings  # read through to the encoder
+    assert first.model.bert.config is first.shared.body.config
 
     texts = tiny_test_task.texts
     TEXT_ROWS.clear()
@@ -132,6 +133,10 @@ def test_remembered_outputs_stay_within_their_bytes() -> None:
     assert outputs.get(("k", 0)) is None and outputs.get(("k", 4)) is not None
     outputs.put(("huge",), torch.zeros(1000))  # larger than the whole capacity: not kept
     assert outputs.get(("huge",)) is None and len(outputs) == 3
+    outputs.put(("cache",), {"last_hidden_state": torch.zeros(1), "past_key_values": object()})
+    assert outputs.get(("cache",)) is None  # a size it cannot see: not kept
+    outputs.put(("nested",), {"hidden": (torch.zeros(10), None), "pooled": [torch.zeros(2)]})
+    assert outputs.get(("nested",)) is not None
     assert isinstance(SharedBody(torch.nn.Identity(), "x").body, torch.nn.Identity)
 
 

@@ -68,7 +68,7 @@ class HfSeqClsRunner(Runner):
         # Probes on one frozen encoder share it: its weights once, its outputs reused (`shared_body`),
         # text by text where the head reads only the first token and the pooled output.
         self.shared: SharedBody | None = share_body(self.model, self.device)
-        if self.shared is not None:
+        if self.shared is not None and self.tokenizer.pad_token is not None:  # the check pads a batch
             probe = self.tokenizer(list(FIRST_TOKEN_PROBE), padding=True, return_tensors="pt").to(self.device)
             reads_first_token_only(self.model, self.shared, probe["input_ids"], probe["attention_mask"])
         limit = getattr(config, "max_position_embeddings", None)

@@ -27,7 +27,6 @@ import hashlib
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -97,15 +96,19 @@ def _key_part(value: Any) -> Any:
     return ("object", repr(value))
 
 
-def _tensors(value: Any) -> Iterable[torch.Tensor]:
+def _nbytes(value: Any) -> int | None:
+    """The bytes of the tensors ``value`` holds (in tuples, lists and dicts: a model output is a
+    dict), or None where it holds anything else (a key-value cache object, whose size is not
+    seen): such an answer is not remembered."""
+    if value is None:
+        return 0
     if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _tensors(item)
-    elif isinstance(value, (tuple, list)):
-        for item in value:
-            yield from _tensors(item)
+        return value.numel() * value.element_size()
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, (tuple, list)) else None
+    if items is None:
+        return None
+    sizes = [_nbytes(item) for item in items]
+    return None if any(size is None for size in sizes) else sum(size for size in sizes if size is not None)
 
 
 class BodyOutputs:
@@ -130,8 +133,8 @@ class BodyOutputs:
             return entry[0]
 
     def put(self, key: tuple[Any, ...], value: Any) -> None:
-        size = sum(t.numel() * t.element_size() for t in _tensors(value))
-        if size > self.capacity_bytes:
+        size = _nbytes(value)
+        if size is None or size > self.capacity_bytes:
             return
         with self._lock:
             old = self._entries.pop(key, None)
@@ -174,7 +177,6 @@ class SharedBody(nn.Module):
         super().__init__()
         self.body = body
         self.fingerprint = fingerprint
-        self.config = getattr(body, "config", None)
         self.by_text = False
         """Whether calls are answered text by text, with every row of the encoder's last hidden
         state zero but the first (set where the model's head was seen to read nothing else:
